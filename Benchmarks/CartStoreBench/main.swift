@@ -1,0 +1,1 @@
+import CartStore; import OpenCombine; print(1)

@@ -1,0 +1,48 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "fanout",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "CartStore", targets: ["CartStore"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
+    ],
+    targets: [
+        .target(
+            name: "CartStore",
+            dependencies: [.product(name: "GRDB", package: "GRDB.swift")],
+            plugins: ["EmbedMigrations"]
+        ),
+        // Build-time tool: turns migrations/*.sql into Swift source so every binary carries its schema.
+        .executableTarget(name: "embed-migrations"),
+        .plugin(
+            name: "EmbedMigrations",
+            capability: .buildTool(),
+            dependencies: ["embed-migrations"]
+        ),
+        // Benchmark: `swift run -c release cartstore-bench`.
+        .executableTarget(
+            name: "cartstore-bench",
+            dependencies: [
+                "CartStore",
+                .product(name: "OpenCombine", package: "OpenCombine"),
+            ],
+            path: "Benchmarks/CartStoreBench"
+        ),
+        // Test helper: a child process that writes until it is killed (crash-survival tests).
+        .executableTarget(
+            name: "cartstore-crash-writer",
+            dependencies: ["CartStore"],
+            path: "Tests/CartStoreCrashWriter"
+        ),
+        .testTarget(
+            name: "CartStoreTests",
+            dependencies: ["CartStore", "cartstore-crash-writer"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

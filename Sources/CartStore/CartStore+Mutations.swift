@@ -1,0 +1,160 @@
+import Foundation
+import GRDB
+
+/// The result of a committed mutation.
+public struct CartCommit: Sendable, Hashable {
+    /// The cart as committed.
+    public var cart: Cart
+    /// The event the commit appended to the log (and delivered to observers).
+    public var event: CartEvent
+}
+
+extension CartStore {
+    /// Adds `quantity` of `sku` to the cart, creating the cart or the line as needed.
+    ///
+    /// An existing line keeps its place and takes the new total quantity, and the price and
+    /// name given here.
+    ///
+    /// - Parameter expectedVersion: when given, the cart must be at this version (0 for a cart
+    ///   that does not exist yet), or the call fails with `versionConflict` and changes nothing.
+    @discardableResult
+    public func addItem(
+        cartID: String, sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil,
+        expectedVersion: Int64? = nil
+    ) async throws -> CartCommit {
+        try CartLimits.checkSKU(sku)
+        try CartLimits.checkQuantity(quantity)
+        try CartLimits.checkPrice(unitPriceCents)
+        try CartLimits.checkName(name)
+        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: false) { cart in
+            if let line = cart.items.first(where: { $0.sku == sku }) {
+                let total = line.quantity + quantity
+                guard total <= CartLimits.quantityRange.upperBound else {
+                    throw CartStoreError(
+                        .quantityOverflow,
+                        "cart \(cartID) has \(line.quantity) of \(sku); adding \(quantity) would exceed \(CartLimits.quantityRange.upperBound)")
+                }
+                let item = CartItem(sku: sku, quantity: total, unitPriceCents: unitPriceCents, name: name)
+                return .itemAdded(item: item, addedQuantity: quantity)
+            }
+            guard cart.items.count < CartLimits.maxItemsPerCart else {
+                throw CartStoreError(.tooManyItems, "cart \(cartID) already has \(CartLimits.maxItemsPerCart) lines")
+            }
+            let item = CartItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name)
+            return .itemAdded(item: item, addedQuantity: quantity)
+        }
+    }
+
+    /// Sets the quantity of an existing line; 0 removes the line.
+    @discardableResult
+    public func setQuantity(
+        cartID: String, sku: String, quantity: Int, expectedVersion: Int64? = nil
+    ) async throws -> CartCommit {
+        try CartLimits.checkSKU(sku)
+        try CartLimits.checkQuantity(quantity, allowZero: true)
+        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: true) { cart in
+            try Self.requireLine(sku, in: cart)
+            return quantity == 0 ? .itemRemoved(sku: sku) : .quantityChanged(sku: sku, quantity: quantity)
+        }
+    }
+
+    /// Removes a line from the cart.
+    @discardableResult
+    public func removeItem(cartID: String, sku: String, expectedVersion: Int64? = nil) async throws -> CartCommit {
+        try CartLimits.checkSKU(sku)
+        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: true) { cart in
+            try Self.requireLine(sku, in: cart)
+            return .itemRemoved(sku: sku)
+        }
+    }
+
+    /// Removes every line of the cart. The cart itself, and its version, remain.
+    @discardableResult
+    public func clearCart(cartID: String, expectedVersion: Int64? = nil) async throws -> CartCommit {
+        try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: true) { _ in .cartCleared }
+    }
+
+    private static func requireLine(_ sku: String, in cart: Cart) throws {
+        guard cart.items.contains(where: { $0.sku == sku }) else {
+            throw CartStoreError(.itemNotFound, "cart \(cart.id) has no item \(sku)")
+        }
+    }
+
+    /// The one write path: a transaction that checks, validates, changes the rows and appends
+    /// the event; then, after commit and still serialised with other writes, delivery.
+    private func commit(
+        cartID: String, expectedVersion: Int64?, mustExist: Bool,
+        decide: @escaping @Sendable (Cart) throws -> CartChange
+    ) async throws -> CartCommit {
+        try CartLimits.checkCartID(cartID)
+        return try await writer.writeWithoutTransaction { db in
+            var result: CartCommit?
+            try db.inTransaction(.immediate) {
+                let before = try Self.loadCart(cartID, db) ?? Cart(id: cartID)
+                if mustExist && before.version == 0 {
+                    throw CartStoreError(.cartNotFound, "no cart \(cartID)")
+                }
+                if let expectedVersion, expectedVersion != before.version {
+                    throw CartStoreError(
+                        .versionConflict,
+                        "cart \(cartID) is at version \(before.version), not \(expectedVersion)")
+                }
+                let change = try decide(before)
+                var eventRow = try CartEventRow(
+                    cartID: cartID, change: change, cartVersion: before.version + 1,
+                    committedAt: Date().millisecondsSince1970)
+                // Validators see the outcome before anything is written; a throw rolls back.
+                let pending = CartEvent(
+                    seq: 0, cartID: cartID, change: change, version: eventRow.cartVersion,
+                    committedAt: Date(millisecondsSince1970: eventRow.committedAt))
+                var after = before
+                after.apply(pending)
+                let proposal = CartChangeProposal(cartID: cartID, change: change, before: before, after: after)
+                try self.observers.forEachNow { try $0.cartStore(self, validate: proposal) }
+
+                try eventRow.insert(db)
+                let event = try eventRow.event()
+                try CartRow(id: cartID, version: after.version).upsert(db)
+                try Self.write(change, of: cartID, position: event.seq, db)
+                result = CartCommit(cart: after, event: event)
+                return .commit
+            }
+            guard let result else { preconditionFailure("transaction committed without a result") }
+            self.deliver(result.event)
+            return result
+        }
+    }
+
+    private static func write(_ change: CartChange, of cartID: String, position: Int64, _ db: Database) throws {
+        let lines = CartItemRow.filter(CartItemRow.Columns.cartID == cartID)
+        switch change {
+        case .itemAdded(let item, _):
+            // Upsert that keeps an existing line's position.
+            try db.execute(
+                sql: """
+                    INSERT INTO cart_items (cart_id, sku, quantity, unit_price_cents, name, position)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (cart_id, sku) DO UPDATE SET
+                        quantity = excluded.quantity,
+                        unit_price_cents = excluded.unit_price_cents,
+                        name = excluded.name
+                    """,
+                arguments: [cartID, item.sku, item.quantity, item.unitPriceCents, item.name, position])
+        case .quantityChanged(let sku, let quantity):
+            try lines.filter(CartItemRow.Columns.sku == sku)
+                .updateAll(db, CartItemRow.Columns.quantity.set(to: quantity))
+        case .itemRemoved(let sku):
+            try lines.filter(CartItemRow.Columns.sku == sku).deleteAll(db)
+        case .cartCleared:
+            try lines.deleteAll(db)
+        }
+    }
+
+    /// Delivers a committed event to the observers, in commit order (the caller holds the
+    /// writer), without touching the database.
+    private func deliver(_ event: CartEvent) {
+        observers.notify { [self] observer in
+            observer.cartStore(self, didCommit: event)
+        }
+    }
+}

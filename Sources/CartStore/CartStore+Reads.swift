@@ -1,0 +1,44 @@
+import GRDB
+
+extension CartStore {
+    /// The cart with this id, or `nil` if it was never changed.
+    public func cart(_ cartID: String) async throws -> Cart? {
+        try CartLimits.checkCartID(cartID)
+        return try await writer.read { db in try Self.loadCart(cartID, db) }
+    }
+
+    /// Every cart, ordered by id.
+    public func carts() async throws -> [Cart] {
+        try await snapshot().carts
+    }
+
+    /// The carts (all, or those with the given ids that exist) and the seq they reflect, read
+    /// in one transaction: apply events after `seq` to stay current.
+    public func snapshot(of cartIDs: Set<String>? = nil) async throws -> CartSnapshot {
+        if let cartIDs {
+            for id in cartIDs { try CartLimits.checkCartID(id) }
+        }
+        return try await writer.read { db in
+            var carts = CartRow.order(CartRow.Columns.id)
+            var lines = CartItemRow.order(CartItemRow.Columns.cartID, CartItemRow.Columns.position)
+            if let cartIDs {
+                carts = carts.filter(cartIDs.contains(CartRow.Columns.id))
+                lines = lines.filter(cartIDs.contains(CartItemRow.Columns.cartID))
+            }
+            var itemsByCart: [String: [CartItem]] = [:]
+            for line in try lines.fetchAll(db) {
+                itemsByCart[line.cartID, default: []].append(line.item)
+            }
+            let result = try carts.fetchAll(db).map { row in
+                Cart(id: row.id, version: row.version, items: itemsByCart[row.id] ?? [])
+            }
+            return CartSnapshot(carts: result, seq: try Self.latestSeq(db))
+        }
+    }
+
+    static func loadCart(_ cartID: String, _ db: Database) throws -> Cart? {
+        guard let row = try CartRow.fetchOne(db, key: cartID) else { return nil }
+        let items = try CartItemRow.lines(of: cartID).fetchAll(db).map(\.item)
+        return Cart(id: row.id, version: row.version, items: items)
+    }
+}

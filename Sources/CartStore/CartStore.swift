@@ -1,0 +1,65 @@
+import Foundation
+import GRDB
+
+/// Shopping carts persisted in SQLite, with a durable event log and weakly held observers.
+///
+/// Every mutation is one SQLite transaction that changes the cart rows and appends one event
+/// to `cart_events`; the event's `seq` is strictly increasing and gap-free. After the commit,
+/// and in seq order, the event is delivered to `observers`. Invalid input and vetoed changes
+/// throw a `CartStoreError` (or the validator's error) and write nothing.
+///
+/// The API is `async`: callers never block a thread on SQLite, and an observer callback, which
+/// is synchronous, cannot call back into the store while the store is writing.
+public final class CartStore: Sendable {
+    /// What a successful return promises about surviving crashes.
+    public enum Durability: Sendable {
+        /// Every commit is synced to disk before it returns: survives power loss.
+        case full
+        /// Commits survive a crash or `kill -9` of the process, but the last ones may be lost
+        /// on power loss. Faster: the WAL is synced at checkpoints only.
+        case normal
+    }
+
+    /// The observers of this store, held weakly. Add yours with `observers.add(_:queue:)`.
+    public let observers = ObserverSet()
+
+    let writer: any DatabaseWriter
+
+    /// Opens (creating if needed) the database at `path` in WAL mode and migrates it.
+    ///
+    /// - Throws: `CartStoreError` with code `schemaTooNew` for a database written by a newer
+    ///   version; GRDB's `DatabaseError` when the file cannot be opened.
+    public convenience init(path: String, durability: Durability = .full) throws {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        configuration.prepareDatabase { db in
+            switch durability {
+            case .full: try db.execute(sql: "PRAGMA synchronous = FULL")
+            case .normal: try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            }
+        }
+        try self.init(writer: DatabasePool(path: path, configuration: configuration))
+    }
+
+    /// A store in memory, gone when released. For tests and tools.
+    public static func inMemory() throws -> CartStore {
+        try CartStore(writer: DatabaseQueue())
+    }
+
+    init(writer: any DatabaseWriter) throws {
+        self.writer = writer
+        try Schema.migrate(writer)
+    }
+
+    /// The names of the schema migrations this build carries, in the order they apply.
+    public static var schemaMigrations: [String] { Schema.migrations.map(\.name) }
+
+    /// Closes the database. Later calls fail; pending writes have finished when this returns.
+    public func close() throws {
+        if let pool = writer as? DatabasePool {
+            try pool.close()
+        } else if let queue = writer as? DatabaseQueue {
+            try queue.close()
+        }
+    }
+}

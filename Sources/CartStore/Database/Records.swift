@@ -1,0 +1,115 @@
+import Foundation
+import GRDB
+
+/// A row of `carts`.
+struct CartRow: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "carts"
+    var id: String
+    var version: Int64
+
+    enum Columns {
+        static let id = Column(CodingKeys.id)
+        static let version = Column(CodingKeys.version)
+    }
+}
+
+/// A row of `cart_items`.
+struct CartItemRow: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "cart_items"
+    var cartID: String
+    var sku: String
+    var quantity: Int
+    var unitPriceCents: Int
+    var name: String?
+    var position: Int64
+
+    enum CodingKeys: String, CodingKey {
+        case cartID = "cart_id"
+        case sku
+        case quantity
+        case unitPriceCents = "unit_price_cents"
+        case name
+        case position
+    }
+
+    enum Columns {
+        static let cartID = Column(CodingKeys.cartID)
+        static let sku = Column(CodingKeys.sku)
+        static let quantity = Column(CodingKeys.quantity)
+        static let position = Column(CodingKeys.position)
+    }
+
+    var item: CartItem {
+        CartItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name)
+    }
+
+    /// The lines of one cart in the order they were added.
+    static func lines(of cartID: String) -> QueryInterfaceRequest<CartItemRow> {
+        filter(Columns.cartID == cartID).order(Columns.position)
+    }
+}
+
+/// A row of `cart_events`, the durable event log.
+struct CartEventRow: Codable, FetchableRecord, MutablePersistableRecord {
+    static let databaseTableName = "cart_events"
+    var seq: Int64?
+    var cartID: String
+    var kind: String
+    var change: String
+    var cartVersion: Int64
+    var committedAt: Int64
+
+    enum CodingKeys: String, CodingKey {
+        case seq
+        case cartID = "cart_id"
+        case kind
+        case change
+        case cartVersion = "cart_version"
+        case committedAt = "committed_at"
+    }
+
+    enum Columns {
+        static let seq = Column(CodingKeys.seq)
+        static let cartID = Column(CodingKeys.cartID)
+        static let committedAt = Column(CodingKeys.committedAt)
+    }
+
+    mutating func didInsert(_ inserted: InsertionSuccess) {
+        seq = inserted.rowID
+    }
+
+    init(cartID: String, change: CartChange, cartVersion: Int64, committedAt: Int64) throws {
+        self.cartID = cartID
+        self.kind = change.kind.rawValue
+        self.change = String(decoding: try Self.encoder.encode(change), as: UTF8.self)
+        self.cartVersion = cartVersion
+        self.committedAt = committedAt
+    }
+
+    func event() throws -> CartEvent {
+        guard let seq else { preconditionFailure("event row read without seq") }
+        return CartEvent(
+            seq: seq,
+            cartID: cartID,
+            change: try Self.decoder.decode(CartChange.self, from: Data(change.utf8)),
+            version: cartVersion,
+            committedAt: Date(millisecondsSince1970: committedAt))
+    }
+
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }()
+    private static let decoder = JSONDecoder()
+}
+
+extension Date {
+    init(millisecondsSince1970 milliseconds: Int64) {
+        self.init(timeIntervalSince1970: Double(milliseconds) / 1000)
+    }
+
+    var millisecondsSince1970: Int64 {
+        Int64((timeIntervalSince1970 * 1000).rounded(.down))
+    }
+}

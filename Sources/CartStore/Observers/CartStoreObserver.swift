@@ -1,0 +1,32 @@
+/// An in-process observer of a `CartStore`, held weakly by the store.
+///
+/// Register with `store.observers.add(observer)` (optionally with a delivery queue) and keep
+/// the observer alive yourself: when you release it, it drops out of the store by itself.
+///
+/// Callbacks run while the store serialises its writes: keep them short, and never block them
+/// waiting for the store (a synchronous callback cannot `await` it anyway). An observer that
+/// needs to read or write the store in reaction to an event should take a delivery queue.
+public protocol CartStoreObserver: AnyObject, Sendable {
+    /// Called once per committed event, in seq order, only after the commit.
+    func cartStore(_ store: CartStore, didCommit event: CartEvent)
+
+    /// Called inside the write transaction, before commit, on the writing thread (whatever
+    /// delivery queue the observer has). Throwing vetoes the change: the transaction rolls back,
+    /// the caller of the mutation gets the thrown error, and no observer sees an event.
+    func cartStore(_ store: CartStore, validate proposal: CartChangeProposal) throws
+}
+
+extension CartStoreObserver {
+    /// Accepts every change.
+    public func cartStore(_ store: CartStore, validate proposal: CartChangeProposal) throws {}
+}
+
+/// A change about to be committed, shown to validators.
+public struct CartChangeProposal: Sendable, Hashable {
+    public var cartID: String
+    public var change: CartChange
+    /// The cart before the change (version 0 and no items for a new cart).
+    public var before: Cart
+    /// The cart as it will be if the change commits.
+    public var after: Cart
+}

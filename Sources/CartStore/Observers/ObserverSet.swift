@@ -1,0 +1,169 @@
+import Dispatch
+import Synchronization
+
+/// A set of observers held weakly: the multicast delegate of iOS apps, done natively for Linux.
+///
+/// An observer that is released drops out by itself; nobody has to unregister it. Explicit
+/// `remove` also works, and once it returns the observer gets no further callback, not even one
+/// already queued on its delivery queue.
+///
+/// Each observer may name a serial `DispatchQueue` for its deliveries; without one it is called
+/// synchronously on the notifying thread. Observers can be added and removed from any thread,
+/// including from inside their own callbacks: a notification works on a snapshot of the set
+/// taken when it starts, so a callback that changes the set affects the next notification.
+///
+/// Costs: `add` and `remove` are O(1) amortised (a dictionary from object identity to a dense
+/// array slot, and swap-remove); a notification is one lock acquisition plus one weak load per
+/// observer. A change made while a notification holds the snapshot copies the array once; later
+/// changes before the next notification are O(1) again. Dead observers found while notifying are
+/// swept after the notification, so they cost nothing afterwards.
+public final class ObserverSet: Sendable {
+    /// Swift cannot hold a protocol existential weakly through a generic parameter, so the set
+    /// is specific to the store's observer protocol.
+    public typealias Observer = any CartStoreObserver
+
+    /// One registration. A class, so that `remove` can mark it dead for snapshots and queued
+    /// deliveries that still hold it.
+    final class Registration: Sendable {
+        weak let observer: Observer?
+        let queue: DispatchQueue?
+        let id: ObjectIdentifier
+        let isRemoved = Atomic<Bool>(false)
+
+        init(_ observer: Observer, queue: DispatchQueue?) {
+            self.observer = observer
+            self.queue = queue
+            self.id = ObjectIdentifier(observer)
+        }
+
+        /// The observer, if it is still alive and registered.
+        @inline(__always)
+        var liveObserver: Observer? {
+            guard !isRemoved.load(ordering: .acquiring) else { return nil }
+            return observer
+        }
+    }
+
+    struct State: ~Copyable {
+        var registrations: [Registration] = []
+        var slotByID: [ObjectIdentifier: Int] = [:]
+
+        mutating func remove(at index: Int) {
+            let removed = registrations[index]
+            removed.isRemoved.store(true, ordering: .releasing)
+            slotByID[removed.id] = nil
+            let last = registrations.count - 1
+            if index != last {
+                registrations.swapAt(index, last)
+                slotByID[registrations[index].id] = index
+            }
+            registrations.removeLast()
+        }
+
+        /// Removes every registration whose observer is gone. O(n).
+        mutating func sweep() {
+            var index = 0
+            while index < registrations.count {
+                if registrations[index].observer == nil {
+                    remove(at: index)
+                } else {
+                    index += 1
+                }
+            }
+        }
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// Adds `observer`, held weakly. Adding an observer that is already in the set replaces its
+    /// delivery queue; it is never notified twice.
+    ///
+    /// - Parameter queue: a serial queue to deliver on, in order; `nil` delivers synchronously.
+    public func add(_ observer: Observer, queue: DispatchQueue? = nil) {
+        let registration = Registration(observer, queue: queue)
+        state.withLock { state in
+            if let index = state.slotByID[registration.id] {
+                // Same identity: either this observer again, or a new object at the address of a
+                // dead one. Either way the old registration is over.
+                state.registrations[index].isRemoved.store(true, ordering: .releasing)
+                state.registrations[index] = registration
+            } else {
+                state.slotByID[registration.id] = state.registrations.count
+                state.registrations.append(registration)
+            }
+        }
+    }
+
+    /// Removes `observer`. After this returns it receives no further callbacks.
+    public func remove(_ observer: Observer) {
+        let id = ObjectIdentifier(observer)
+        state.withLock { state in
+            if let index = state.slotByID[id] {
+                state.remove(at: index)
+            }
+        }
+    }
+
+    /// Whether `observer` is in the set.
+    public func contains(_ observer: Observer) -> Bool {
+        state.withLock { state in
+            guard let index = state.slotByID[ObjectIdentifier(observer)] else { return false }
+            return state.registrations[index].observer === observer
+        }
+    }
+
+    /// The number of live observers. Sweeps released ones first, so it is O(n).
+    public var count: Int {
+        state.withLock { state in
+            state.sweep()
+            return state.registrations.count
+        }
+    }
+
+    /// Calls `body` for every live observer: synchronously, or on the observer's queue.
+    ///
+    /// Observers with a queue are called later, in the order of `notify` calls; the observer is
+    /// skipped if it was released or removed by then.
+    public func notify(_ body: @escaping @Sendable (Observer) -> Void) {
+        let registrations = snapshot()
+        var sawDead = false
+        for registration in registrations {
+            guard let observer = registration.liveObserver else {
+                sawDead = true
+                continue
+            }
+            if let queue = registration.queue {
+                queue.async {
+                    if let observer = registration.liveObserver {
+                        body(observer)
+                    }
+                }
+            } else {
+                body(observer)
+            }
+        }
+        if sawDead {
+            sweep()
+        }
+    }
+
+    /// Calls `body` synchronously for every live observer, ignoring delivery queues, stopping at
+    /// the first error. Used for validation, which must answer before a transaction commits.
+    public func forEachNow(_ body: (Observer) throws -> Void) rethrows {
+        for registration in snapshot() {
+            if let observer = registration.liveObserver {
+                try body(observer)
+            }
+        }
+    }
+
+    private func snapshot() -> [Registration] {
+        state.withLock { $0.registrations }
+    }
+
+    private func sweep() {
+        state.withLock { $0.sweep() }
+    }
+}
