@@ -1,0 +1,63 @@
+import Foundation
+import Testing
+@testable import CartStore
+
+@Suite("Crash survival")
+struct CrashSurvivalTests {
+    /// The helper executable, built next to the test bundle.
+    static var writerExecutable: URL {
+        let buildDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        return buildDirectory.appending(path: "cartstore-crash-writer")
+    }
+
+    @Test func everyReturnedMutationSurvivesKillDashNine() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let path = directory.path("store.sqlite")
+        var acknowledged: [(seq: Int64, cartID: String, sku: String)] = []
+
+        for round in 0..<3 {
+            let process = Process()
+            process.executableURL = Self.writerExecutable
+            process.arguments = [path]
+            let output = Pipe()
+            process.standardOutput = output
+            try process.run()
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+
+            // Read acknowledgements until a few hundred mutations returned, then kill mid-write.
+            let target = 150 + round * 50
+            var seen = 0
+            var buffer = Data()
+            let handle = output.fileHandleForReading
+            while seen < target {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }  // writer died on its own
+                buffer.append(chunk)
+                while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                    let line = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self)
+                    buffer.removeSubrange(buffer.startIndex...newline)
+                    let fields = line.split(separator: " ")
+                    acknowledged.append((Int64(fields[0])!, String(fields[1]), String(fields[2])))
+                    seen += 1
+                }
+            }
+            #expect(seen >= target, "writer stopped early in round \(round)")
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            #expect(process.terminationReason == .uncaughtSignal)
+        }
+
+        let store = try CartStore(path: path)
+        let log = try await wholeLog(store)
+        let seqs = Set(log.map(\.seq))
+        for ack in acknowledged {
+            #expect(seqs.contains(ack.seq), "acknowledged seq \(ack.seq) was lost")
+        }
+        // Whatever committed (acknowledged or not yet) is consistent: no gaps, log == tables.
+        #expect(log.map(\.seq) == Array(1...Int64(log.count)))
+        #expect(fold(log) == (try await store.carts()))
+        // The restarted writers continued the same sequence.
+        #expect(acknowledged.map(\.seq) == acknowledged.map(\.seq).sorted())
+    }
+}

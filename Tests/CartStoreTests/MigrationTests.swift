@@ -1,0 +1,72 @@
+import Foundation
+import GRDB
+import Testing
+@testable import CartStore
+
+@Suite("Migrations")
+struct MigrationTests {
+    static let migrationsDirectory = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appending(path: "migrations")
+
+    @Test func theBinaryCarriesExactlyTheFilesInMigrations() throws {
+        let files = try FileManager.default.contentsOfDirectory(at: Self.migrationsDirectory, includingPropertiesForKeys: nil)
+            .filter { $0.pathExtension == "sql" }
+            .sorted { $0.lastPathComponent < $1.lastPathComponent }
+        #expect(!files.isEmpty)
+        #expect(Schema.migrations.map(\.name) == files.map { $0.deletingPathExtension().lastPathComponent })
+        for (carried, file) in zip(Schema.migrations, files) {
+            #expect(carried.sql == (try String(contentsOf: file, encoding: .utf8)), "\(carried.name) differs from its file")
+        }
+        #expect(CartStore.schemaMigrations == Schema.migrations.map(\.name))
+    }
+
+    @Test func migrationsAreNumberedAndAppliedOnceAcrossReopens() throws {
+        for name in CartStore.schemaMigrations {
+            #expect(name.prefix(4).allSatisfy { $0.isNumber }, "\(name) should start with a 4-digit number")
+        }
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let path = directory.path("store.sqlite")
+        _ = try CartStore(path: path)
+        _ = try CartStore(path: path)
+        let queue = try DatabaseQueue(path: path)
+        let applied = try queue.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations") }
+        #expect(applied == CartStore.schemaMigrations)
+        #expect(try queue.read { db in try String.fetchOne(db, sql: "PRAGMA journal_mode") } == "wal")
+    }
+
+    @Test func aDatabaseFromANewerSchemaIsRefused() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let path = directory.path("store.sqlite")
+        _ = try CartStore(path: path)
+        let queue = try DatabaseQueue(path: path)
+        try queue.write { db in
+            try db.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('9999_from_the_future')")
+        }
+        try queue.close()
+        do {
+            _ = try CartStore(path: path)
+            Issue.record("a newer schema must be refused")
+        } catch let error as CartStoreError {
+            #expect(error.code == .schemaTooNew)
+            #expect(error.message.contains("9999_from_the_future"))
+        }
+    }
+
+    @Test func dataSurvivesReopening() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let path = directory.path("store.sqlite")
+        do {
+            let store = try CartStore(path: path, durability: .normal)
+            try await store.addItem(cartID: "c", sku: "a", quantity: 2, unitPriceCents: 7)
+            try store.close()
+        }
+        let reopened = try CartStore(path: path)
+        #expect(try await reopened.cart("c")?.items.first?.quantity == 2)
+        let next = try await reopened.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 1)
+        #expect(next.event.seq == 2)
+    }
+}

@@ -1,0 +1,80 @@
+import Foundation
+import Testing
+@testable import CartStore
+
+/// A fresh directory under the system temp folder, removed by `cleanup()`.
+struct TemporaryDirectory {
+    let url: URL
+
+    init() throws {
+        url = FileManager.default.temporaryDirectory
+            .appending(path: "cartstore-tests-\(UUID().uuidString)", directoryHint: .isDirectory)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    func path(_ name: String) -> String { url.appending(path: name).path }
+
+    func cleanup() { try? FileManager.default.removeItem(at: url) }
+}
+
+/// An observer that records what it is told.
+final class RecordingObserver: CartStoreObserver {
+    private let events = Mutex<[CartEvent]>([])
+    let onEvent: @Sendable (CartEvent) -> Void
+
+    init(onEvent: @escaping @Sendable (CartEvent) -> Void = { _ in }) {
+        self.onEvent = onEvent
+    }
+
+    func cartStore(_ store: CartStore, didCommit event: CartEvent) {
+        events.withLock { $0.append(event) }
+        onEvent(event)
+    }
+
+    var received: [CartEvent] { events.withLock { $0 } }
+    var seqs: [Int64] { received.map(\.seq) }
+}
+
+import Synchronization
+
+/// Reads the whole event log, page by page.
+func wholeLog(_ store: CartStore) async throws -> [CartEvent] {
+    var all: [CartEvent] = []
+    var after: Int64 = 0
+    while true {
+        guard case .events(let page, _) = try await store.events(after: after, limit: 500) else {
+            Issue.record("log unexpectedly too old")
+            return all
+        }
+        all += page
+        guard let last = page.last else { return all }
+        after = last.seq
+    }
+}
+
+/// Folds events from empty carts, as a client of the log would.
+func fold(_ events: [CartEvent]) -> [Cart] {
+    var carts: [String: Cart] = [:]
+    for event in events {
+        carts[event.cartID, default: Cart(id: event.cartID)].apply(event)
+    }
+    return carts.values.sorted { $0.id < $1.id }
+}
+
+/// Waits until `condition` holds, polling, or fails the test after `timeout`.
+func eventually(
+    timeout: Duration = .seconds(10), _ what: String,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
+) async rethrows {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    Issue.record("timed out waiting for \(what)", sourceLocation: sourceLocation)
+}
+
+extension CartStoreError {
+    static func code(_ error: any Error) -> Code? { (error as? CartStoreError)?.code }
+}
