@@ -113,7 +113,8 @@ extension CartStore {
                 try self.observers.forEachNow { try $0.cartStore(self, validate: proposal) }
 
                 try eventRow.insert(db)
-                let event = try eventRow.event()
+                var event = pending
+                event.seq = db.lastInsertedRowID
                 try CartRow(id: cartID, version: after.version).upsert(db)
                 try Self.write(change, of: cartID, position: event.seq, db)
                 result = CartCommit(cart: after, event: event)

@@ -32,13 +32,16 @@ public final class CartStore: Sendable {
     public convenience init(path: String, durability: Durability = .full) throws {
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
-        configuration.prepareDatabase { db in
+        let pool = try DatabasePool(path: path, configuration: configuration)
+        // Set after opening: GRDB's WAL set-up runs `PRAGMA synchronous = NORMAL` on the writer
+        // connection after `prepareDatabase`. Only the writer commits, so only it matters.
+        try pool.writeWithoutTransaction { db in
             switch durability {
             case .full: try db.execute(sql: "PRAGMA synchronous = FULL")
             case .normal: try db.execute(sql: "PRAGMA synchronous = NORMAL")
             }
         }
-        try self.init(writer: DatabasePool(path: path, configuration: configuration))
+        try self.init(writer: pool)
     }
 
     /// A store in memory, gone when released. For tests and tools.

@@ -55,6 +55,15 @@ struct MigrationTests {
         }
     }
 
+    @Test(arguments: [(CartStore.Durability.full, 2), (.normal, 1)])
+    func durabilityIsInForceOnTheWritingConnection(durability: CartStore.Durability, pragma: Int) async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let store = try CartStore(path: directory.path("store.sqlite"), durability: durability)
+        let synchronous = try await store.writer.write { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
+        #expect(synchronous == pragma)
+    }
+
     @Test func dataSurvivesReopening() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.cleanup() }

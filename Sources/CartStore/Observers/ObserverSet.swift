@@ -128,21 +128,26 @@ public final class ObserverSet: Sendable {
     /// skipped if it was released or removed by then.
     public func notify(_ body: @escaping @Sendable (Observer) -> Void) {
         let registrations = snapshot()
-        var sawDead = false
-        for registration in registrations {
-            guard let observer = registration.liveObserver else {
-                sawDead = true
-                continue
-            }
-            if let queue = registration.queue {
-                queue.async {
-                    if let observer = registration.liveObserver {
-                        body(observer)
-                    }
+        // Iterating the buffer borrows each registration instead of retaining it: with weak
+        // loads already the bulk of a delivery, that retain/release pair is worth avoiding.
+        let sawDead = registrations.withUnsafeBufferPointer { buffer in
+            var sawDead = false
+            for registration in buffer {
+                guard let observer = registration.liveObserver else {
+                    sawDead = true
+                    continue
                 }
-            } else {
-                body(observer)
+                if let queue = registration.queue {
+                    queue.async {
+                        if let observer = registration.liveObserver {
+                            body(observer)
+                        }
+                    }
+                } else {
+                    body(observer)
+                }
             }
+            return sawDead
         }
         if sawDead {
             sweep()
