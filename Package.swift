@@ -6,15 +6,21 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "CartStore", targets: ["CartStore"]),
+        .library(name: "FanoutProtocol", targets: ["FanoutProtocol"]),
     ],
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
     ],
     targets: [
+        // The cart value types and the wire messages, shared by the store, server and client.
+        .target(name: "FanoutProtocol"),
         .target(
             name: "CartStore",
-            dependencies: [.product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "FanoutProtocol",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
             plugins: ["EmbedMigrations"]
         ),
         // Build-time tool: turns migrations/*.sql into Swift source so every binary carries its schema.
@@ -39,6 +45,7 @@ let package = Package(
             dependencies: ["CartStore"],
             path: "Tests/CartStoreCrashWriter"
         ),
+        .testTarget(name: "FanoutProtocolTests", dependencies: ["FanoutProtocol"]),
         .testTarget(
             name: "CartStoreTests",
             dependencies: ["CartStore", "cartstore-crash-writer"]

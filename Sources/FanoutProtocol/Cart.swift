@@ -20,8 +20,9 @@ public struct Cart: Codable, Sendable, Hashable {
     /// Applies a committed event to this cart, as a client folding the event log would.
     ///
     /// Folding every event of the log from empty carts reproduces the store's carts exactly.
+    /// Events of other carts are ignored.
     public mutating func apply(_ event: CartEvent) {
-        precondition(event.cartID == id, "event for cart \(event.cartID) applied to cart \(id)")
+        guard event.cartID == id else { return }
         switch event.change {
         case .itemAdded(let item, _):
             if let index = items.firstIndex(where: { $0.sku == item.sku }) {

@@ -1,0 +1,26 @@
+/// The input rules for carts, shared by the store, the server and the client.
+///
+/// The store refuses anything outside them with a `CartStoreError`; clients can check first.
+public enum CartLimits {
+    public static let maxIdentifierLength = 64
+    public static let quantityRange = 1...10_000
+    public static let unitPriceCentsRange = 0...1_000_000_000
+    public static let maxNameLength = 200
+    /// Keeps a cart's total far inside `Int64` (1 000 × 10 000 × 10⁹ = 10¹⁶).
+    public static let maxItemsPerCart = 1_000
+
+    /// Cart ids and skus: 1–64 characters of `A-Za-z0-9._-`.
+    public static func isValidIdentifier(_ value: String) -> Bool {
+        let bytes = value.utf8
+        guard (1...maxIdentifierLength).contains(bytes.count) else { return false }
+        return bytes.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
+                true
+            default:
+                false
+            }
+        }
+    }
+}

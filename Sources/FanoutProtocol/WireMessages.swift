@@ -1,0 +1,171 @@
+import Foundation
+
+/// The JSON coders every fanout program uses, so dates and keys read the same everywhere.
+///
+/// Dates are milliseconds since 1970 (exact, and easy to compare in any language).
+public enum FanoutJSON {
+    public static func encoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .millisecondsSince1970
+        return encoder
+    }
+
+    public static func decoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .millisecondsSince1970
+        return decoder
+    }
+}
+
+/// A message a subscriber sends over the WebSocket (`/subscribe`), as a JSON text frame.
+public enum ClientMessage: Sendable, Hashable {
+    /// Start (or restart) the subscription: only `carts` (all when `nil`), resuming after
+    /// `since` when given, else from a snapshot.
+    case subscribe(carts: [String]?, since: Int64?)
+    /// Renews the lease. Any message renews it; this one does nothing else.
+    case heartbeat
+
+    public enum Kind: String, Codable, Sendable {
+        case subscribe, heartbeat
+    }
+}
+
+/// Why a snapshot was sent instead of (or before) events.
+public enum SnapshotReason: String, Codable, Sendable, Hashable {
+    /// The subscription gave no `since`.
+    case initial
+    /// The events after `since` were pruned from the log.
+    case sinceTooOld = "since_too_old"
+    /// `since` is newer than the log: the client followed another database.
+    case sinceAhead = "since_ahead"
+}
+
+/// A message the server sends to a subscriber, as a JSON text frame.
+public enum ServerMessage: Sendable, Hashable {
+    case welcome(Welcome)
+    /// The subscribed carts and the seq they reflect; events follow from `seq + 1`.
+    case snapshot(carts: [Cart], seq: Int64, reason: SnapshotReason)
+    case event(CartEvent)
+    /// Sent every heartbeat interval: a quiet subscriber at `latestSeq` missed nothing.
+    case heartbeat(latestSeq: Int64)
+    case error(code: String, message: String)
+
+    public struct Welcome: Codable, Sendable, Hashable {
+        public var subscriberID: String
+        /// Seconds between the heartbeats the client should send.
+        public var heartbeatInterval: Double
+        /// Seconds without any client message after which the server drops the subscriber.
+        public var leaseTTL: Double
+        public var latestSeq: Int64
+
+        public init(subscriberID: String, heartbeatInterval: Double, leaseTTL: Double, latestSeq: Int64) {
+            self.subscriberID = subscriberID
+            self.heartbeatInterval = heartbeatInterval
+            self.leaseTTL = leaseTTL
+            self.latestSeq = latestSeq
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case subscriberID = "subscriberId", heartbeatInterval, leaseTTL = "leaseTtl", latestSeq
+        }
+    }
+
+    public enum Kind: String, Codable, Sendable {
+        case welcome, snapshot, event, heartbeat, error
+    }
+
+    public var kind: Kind {
+        switch self {
+        case .welcome: .welcome
+        case .snapshot: .snapshot
+        case .event: .event
+        case .heartbeat: .heartbeat
+        case .error: .error
+        }
+    }
+}
+
+/// The close codes the server uses, in the WebSocket application range (4000–4999).
+public enum FanoutCloseCode: UInt16, Sendable, CaseIterable {
+    /// No client message within the lease TTL. Reconnect and resume with `since`.
+    case leaseExpired = 4000
+    /// The subscriber's outbox overflowed: it read too slowly. Reconnect and resume with `since`.
+    case tooSlow = 4001
+    /// The server has its maximum number of subscribers. Retry later.
+    case serverFull = 4002
+}
+
+private enum MessageKeys: String, CodingKey {
+    case type, carts, since, seq, reason, latestSeq, code, message
+}
+
+extension ClientMessage: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: MessageKeys.self)
+        switch try container.decode(Kind.self, forKey: .type) {
+        case .subscribe:
+            self = .subscribe(
+                carts: try container.decodeIfPresent([String].self, forKey: .carts),
+                since: try container.decodeIfPresent(Int64.self, forKey: .since))
+        case .heartbeat:
+            self = .heartbeat
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: MessageKeys.self)
+        switch self {
+        case .subscribe(let carts, let since):
+            try container.encode(Kind.subscribe, forKey: .type)
+            try container.encodeIfPresent(carts, forKey: .carts)
+            try container.encodeIfPresent(since, forKey: .since)
+        case .heartbeat:
+            try container.encode(Kind.heartbeat, forKey: .type)
+        }
+    }
+}
+
+extension ServerMessage: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: MessageKeys.self)
+        switch try container.decode(Kind.self, forKey: .type) {
+        case .welcome:
+            self = .welcome(try Welcome(from: decoder))
+        case .snapshot:
+            self = .snapshot(
+                carts: try container.decode([Cart].self, forKey: .carts),
+                seq: try container.decode(Int64.self, forKey: .seq),
+                reason: try container.decode(SnapshotReason.self, forKey: .reason))
+        case .event:
+            self = .event(try CartEvent(from: decoder))
+        case .heartbeat:
+            self = .heartbeat(latestSeq: try container.decode(Int64.self, forKey: .latestSeq))
+        case .error:
+            self = .error(
+                code: try container.decode(String.self, forKey: .code),
+                message: try container.decode(String.self, forKey: .message))
+        }
+    }
+
+    /// Flat objects with a `type` field: `{"type":"event","seq":7,...}`.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: MessageKeys.self)
+        try container.encode(kind, forKey: .type)
+        switch self {
+        case .welcome(let welcome):
+            try welcome.encode(to: encoder)
+        case .snapshot(let carts, let seq, let reason):
+            try container.encode(carts, forKey: .carts)
+            try container.encode(seq, forKey: .seq)
+            try container.encode(reason, forKey: .reason)
+        case .event(let event):
+            try event.encode(to: encoder)
+        case .heartbeat(let latestSeq):
+            try container.encode(latestSeq, forKey: .latestSeq)
+        case .error(let code, let message):
+            try container.encode(code, forKey: .code)
+            try container.encode(message, forKey: .message)
+        }
+    }
+}

@@ -1,0 +1,59 @@
+import Foundation
+import Testing
+import FanoutProtocol
+
+@Suite("Wire messages")
+struct WireMessageTests {
+    static let event = CartEvent(
+        seq: 7, cartID: "alice",
+        change: .itemAdded(item: CartItem(sku: "apple", quantity: 3, unitPriceCents: 50, name: "Apple"), addedQuantity: 1),
+        version: 4, committedAt: Date(timeIntervalSince1970: 1_763_700_000.123))
+
+    static func json(_ message: ServerMessage) throws -> [String: Any] {
+        let data = try FanoutJSON.encoder().encode(message)
+        return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+    }
+
+    @Test func serverMessagesAreFlatObjectsWithAType() throws {
+        let event = try Self.json(.event(Self.event))
+        #expect(event["type"] as? String == "event")
+        #expect(event["seq"] as? Int == 7)
+        #expect(event["cartId"] as? String == "alice")
+        #expect(event["kind"] as? String == "itemAdded")
+        #expect(event["committedAt"] as? Int == 1_763_700_000_123)
+        let welcome = try Self.json(.welcome(.init(subscriberID: "s1", heartbeatInterval: 5, leaseTTL: 15, latestSeq: 9)))
+        #expect(welcome["type"] as? String == "welcome")
+        #expect(welcome["subscriberId"] as? String == "s1")
+        #expect(welcome["leaseTtl"] as? Double == 15)
+    }
+
+    @Test(arguments: [
+        ServerMessage.event(WireMessageTests.event),
+        .welcome(.init(subscriberID: "s1", heartbeatInterval: 0.5, leaseTTL: 1.5, latestSeq: 0)),
+        .snapshot(carts: [Cart(id: "alice", version: 2, items: [CartItem(sku: "a", quantity: 1, unitPriceCents: 0)])], seq: 12, reason: .sinceTooOld),
+        .heartbeat(latestSeq: 99),
+        .error(code: "bad_message", message: "expected a JSON object"),
+    ])
+    func serverMessagesRoundTrip(message: ServerMessage) throws {
+        let data = try FanoutJSON.encoder().encode(message)
+        #expect(try FanoutJSON.decoder().decode(ServerMessage.self, from: data) == message)
+    }
+
+    @Test func clientMessagesDecodeFromWhatPeopleType() throws {
+        let decoder = FanoutJSON.decoder()
+        #expect(try decoder.decode(ClientMessage.self, from: Data(#"{"type":"heartbeat"}"#.utf8)) == .heartbeat)
+        #expect(try decoder.decode(ClientMessage.self, from: Data(#"{"type":"subscribe"}"#.utf8)) == .subscribe(carts: nil, since: nil))
+        #expect(try decoder.decode(ClientMessage.self, from: Data(#"{"type":"subscribe","carts":["a"],"since":4}"#.utf8))
+                == .subscribe(carts: ["a"], since: 4))
+        #expect(throws: DecodingError.self) {
+            try decoder.decode(ClientMessage.self, from: Data(#"{"type":"dance"}"#.utf8))
+        }
+    }
+
+    @Test func identifierRule() {
+        #expect(CartLimits.isValidIdentifier("a.B_c-9"))
+        #expect(!CartLimits.isValidIdentifier(""))
+        #expect(!CartLimits.isValidIdentifier("é"))
+        #expect(!CartLimits.isValidIdentifier(String(repeating: "a", count: 65)))
+    }
+}
