@@ -7,9 +7,15 @@ let package = Package(
     products: [
         .library(name: "CartStore", targets: ["CartStore"]),
         .library(name: "FanoutProtocol", targets: ["FanoutProtocol"]),
+        .executable(name: "fanout-server", targets: ["FanoutServer"]),
     ],
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
     ],
     targets: [
@@ -22,6 +28,18 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             plugins: ["EmbedMigrations"]
+        ),
+        .executableTarget(
+            name: "FanoutServer",
+            dependencies: [
+                "CartStore",
+                "FanoutProtocol",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ]
         ),
         // Build-time tool: turns migrations/*.sql into Swift source so every binary carries its schema.
         .executableTarget(name: "embed-migrations"),
@@ -46,6 +64,14 @@ let package = Package(
             path: "Tests/CartStoreCrashWriter"
         ),
         .testTarget(name: "FanoutProtocolTests", dependencies: ["FanoutProtocol"]),
+        .testTarget(
+            name: "FanoutServerTests",
+            dependencies: [
+                "FanoutServer",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            ]
+        ),
         .testTarget(
             name: "CartStoreTests",
             dependencies: ["CartStore", "cartstore-crash-writer"]

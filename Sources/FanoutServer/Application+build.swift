@@ -1,0 +1,65 @@
+import CartStore
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import ServiceLifecycle
+
+/// The server, built from a configuration and an open store: what `fanout-server` runs and
+/// what the tests run with port 0.
+struct FanoutServerApp: Sendable {
+    let application: Application<RouterResponder<FanoutRequestContext>>
+    let hub: FanoutHub
+    let store: CartStore
+    let logger: Logger
+
+    /// Runs until SIGTERM/SIGINT: then subscribers are closed with 1001 first, and the HTTP
+    /// server stops accepting and finishes in-flight requests.
+    func run() async throws {
+        let group = ServiceGroup(configuration: .init(
+            services: [application, SubscriberShutdown(hub: hub)],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger))
+        try await group.run()
+    }
+}
+
+/// Builds the application: routes, WebSocket upgrade, the hub as a store observer, and the
+/// lease reaper as a service.
+///
+/// - Parameter onServerRunning: called with the bound port once the server listens.
+func buildApplication(
+    configuration: ServerConfiguration,
+    store: CartStore,
+    logger: Logger,
+    onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+) async throws -> FanoutServerApp {
+    let hub = FanoutHub(latestSeq: try await store.latestSeq(), logger: logger)
+    store.observers.add(hub)
+    let access = AccessPolicy(token: configuration.token, allowedOrigins: configuration.allowedOrigins)
+
+    let router = Router(context: FanoutRequestContext.self)
+    router.middlewares.add(ErrorMiddleware())
+    router.middlewares.add(AccessMiddleware(policy: access))
+    CartController(store: store, hub: hub).addRoutes(to: router.group("carts"))
+    EventsController(store: store, hub: hub).addRoutes(to: router)
+
+    let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
+    webSocketRouter.middlewares.add(ErrorMiddleware())
+    SubscribeController(store: store, hub: hub, configuration: configuration, access: access)
+        .addRoutes(to: webSocketRouter)
+
+    let application = Application(
+        router: router,
+        server: .http1WebSocketUpgrade(
+            webSocketRouter: webSocketRouter,
+            configuration: .init(ws: .init(
+                maxFrameSize: configuration.maxMessageSize,
+                autoPing: .enabled(timePeriod: .seconds(30))))),
+        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fanout"),
+        services: [LeaseReaper(hub: hub, leaseTTL: configuration.leaseTTL, heartbeatInterval: configuration.heartbeatInterval)],
+        onServerRunning: { channel in
+            await onServerRunning(channel.localAddress?.port ?? configuration.port)
+        },
+        logger: logger)
+    return FanoutServerApp(application: application, hub: hub, store: store, logger: logger)
+}

@@ -1,0 +1,93 @@
+import ArgumentParser
+import CartStore
+import Foundation
+import Logging
+
+/// `fanout-server`: parses the command line, opens the store, runs the server.
+@main
+struct FanoutServerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fanout-server",
+        abstract: "Serve carts over HTTP and fan every committed change out to WebSocket subscribers.",
+        discussion: """
+            The first line on stdout is always `listening on http://HOST:PORT`.
+            Example: fanout-server --port 8080 --db ./fanout.sqlite
+            """)
+
+    @Option(help: "Port to listen on; 0 picks a free one.")
+    var port: Int = 8080
+
+    @Option(help: "Address to bind. The default accepts local connections only.")
+    var host: String = "127.0.0.1"
+
+    @Option(name: .customLong("db"), help: "SQLite database file (created if missing).")
+    var databasePath: String = "./fanout.sqlite"
+
+    @Option(help: "Seconds between heartbeats, both ways (fractions allowed).")
+    var heartbeatInterval: Double = 5
+
+    @Option(help: "Seconds without a client message before a subscriber is dropped.")
+    var leaseTtl: Double = 15
+
+    @Option(help: "Messages that may wait for one subscriber before it is dropped as too slow.")
+    var outboxLimit: Int = 1_024
+
+    @Option(help: "Most concurrent WebSocket subscribers.")
+    var maxSubscribers: Int = 10_000
+
+    @Option(help: "Require this bearer token for changes, /events and /subscribe (or set FANOUT_TOKEN).")
+    var token: String?
+
+    @Option(name: .customLong("allow-origin"), help: "A browser origin allowed to connect, e.g. http://localhost:3000 (repeatable).")
+    var allowedOrigins: [String] = []
+
+    @Option(help: "trace, debug, info, notice, warning, error or critical (or set LOG_LEVEL).")
+    var logLevel: String?
+
+    func validate() throws {
+        guard (0...65_535).contains(port) else { throw ValidationError("--port must be 0…65535") }
+        guard heartbeatInterval.isFinite, heartbeatInterval > 0 else { throw ValidationError("--heartbeat-interval must be > 0") }
+        guard leaseTtl.isFinite, leaseTtl > heartbeatInterval else {
+            throw ValidationError("--lease-ttl must be longer than --heartbeat-interval")
+        }
+        guard outboxLimit >= 1 else { throw ValidationError("--outbox-limit must be ≥ 1") }
+        guard maxSubscribers >= 1 else { throw ValidationError("--max-subscribers must be ≥ 1") }
+        if let level = logLevel ?? ProcessInfo.processInfo.environment["LOG_LEVEL"], Logger.Level(rawValue: level) == nil {
+            throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+    }
+
+    func run() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        var configuration = ServerConfiguration()
+        configuration.host = host
+        configuration.port = port
+        configuration.databasePath = databasePath
+        configuration.heartbeatInterval = .seconds(heartbeatInterval)
+        configuration.leaseTTL = .seconds(leaseTtl)
+        configuration.outboxLimit = outboxLimit
+        configuration.maxSubscribers = maxSubscribers
+        configuration.token = token ?? environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        configuration.allowedOrigins = Set(allowedOrigins)
+        configuration.logLevel = (logLevel ?? environment["LOG_LEVEL"]).flatMap(Logger.Level.init(rawValue:)) ?? .info
+
+        var logger = Logger(label: "fanout")
+        logger.logLevel = configuration.logLevel
+
+        let store: CartStore
+        do {
+            store = try CartStore(path: configuration.databasePath)
+        } catch let error as CartStoreError {
+            throw CleanExit.message("fanout-server: cannot use \(configuration.databasePath): \(error.message)")
+        } catch {
+            throw ValidationError("cannot open database \(configuration.databasePath): \(error)")
+        }
+        let host = configuration.host
+        let server = try await buildApplication(configuration: configuration, store: store, logger: logger) { port in
+            // Unbuffered: scripts and tests wait for this line.
+            FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
+        }
+        try await server.run()
+        try store.close()
+    }
+}

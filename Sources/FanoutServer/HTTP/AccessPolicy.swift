@@ -1,0 +1,57 @@
+import Foundation
+import Hummingbird
+
+/// Who may use the server: the bearer token and the browser origins allowed.
+///
+/// A web page open in the user's browser can reach a server on localhost; the `Origin` check
+/// stops it from reading carts over a WebSocket or changing them with a request. Clients that
+/// are not browsers send no `Origin` and are not affected.
+struct AccessPolicy: Sendable {
+    let token: String?
+    let allowedOrigins: Set<String>
+
+    /// Throws 403 for a browser origin not on the allow-list, and 401 when a token is required
+    /// and missing or wrong. The token comes as `Authorization: Bearer T`, or as `?token=T` for
+    /// browsers, whose WebSocket API cannot set headers.
+    func check(_ request: Request, requiresToken: Bool) throws {
+        if let origin = request.headers[.origin], !allowedOrigins.contains(origin) {
+            throw APIError(.forbidden, code: "origin_not_allowed", "origin \(origin) is not allowed (see --allow-origin)")
+        }
+        guard requiresToken, let token else { return }
+        let offered = Self.bearer(request.headers[.authorization]) ?? request.uri.queryParameters.get("token")
+        guard let offered else {
+            throw APIError(.unauthorized, code: "unauthorized", "a token is required: Authorization: Bearer <token>")
+        }
+        guard Self.constantTimeEqual(offered, token) else {
+            throw APIError(.forbidden, code: "bad_token", "the token is not valid")
+        }
+    }
+
+    static func bearer(_ header: String?) -> String? {
+        guard let header, header.lowercased().hasPrefix("bearer ") else { return nil }
+        return String(header.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
+    }
+
+    /// Compares without returning early, so timing does not reveal how much of a guess matched.
+    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let a = Array(a.utf8), b = Array(b.utf8)
+        var difference = UInt8(a.count == b.count ? 0 : 1)
+        for index in 0..<max(a.count, b.count) {
+            difference |= (index < a.count ? a[index] : 0) ^ (index < b.count ? b[index] : 0)
+        }
+        return difference == 0
+    }
+}
+
+/// Applies the access policy to every HTTP request: origins always, the token on mutations and
+/// on `/events`.
+struct AccessMiddleware<Context: RequestContext>: RouterMiddleware {
+    let policy: AccessPolicy
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let isRead = request.method == .get || request.method == .head
+        let requiresToken = !isRead || request.uri.path.hasPrefix("/events")
+        try policy.check(request, requiresToken: requiresToken)
+        return try await next(request, context)
+    }
+}

@@ -1,0 +1,147 @@
+import CartStore
+import Foundation
+import Hummingbird
+
+/// The cart API: read carts, and change them (each change one event).
+struct CartController: Sendable {
+    let store: CartStore
+    let hub: FanoutHub
+
+    func addRoutes(to group: RouterGroup<FanoutRequestContext>) {
+        group.get(use: list)
+        group.get(":cartID", use: show)
+        group.delete(":cartID", use: clear)
+        group.post(":cartID/items", use: add)
+        group.patch(":cartID/items/:sku", use: setQuantity)
+        group.delete(":cartID/items/:sku", use: remove)
+    }
+
+    // MARK: Bodies
+
+    struct CartBody: ResponseEncodable, Equatable {
+        struct Line: Codable, Equatable {
+            var sku: String
+            var quantity: Int
+            var unitPriceCents: Int
+            var name: String?
+            var lineTotalCents: Int64
+        }
+        var id: String
+        var version: Int64
+        var items: [Line]
+        var totalCents: Int64
+        var itemCount: Int
+
+        init(_ cart: Cart) {
+            id = cart.id
+            version = cart.version
+            items = cart.items.map {
+                Line(sku: $0.sku, quantity: $0.quantity, unitPriceCents: $0.unitPriceCents, name: $0.name, lineTotalCents: $0.lineTotalCents)
+            }
+            totalCents = cart.totalCents
+            itemCount = cart.itemCount
+        }
+    }
+
+    struct CartsResponse: ResponseEncodable {
+        var carts: [CartBody]
+        /// The seq these carts reflect.
+        var seq: Int64
+    }
+
+    struct CartResponse: ResponseEncodable {
+        var cart: CartBody
+        var seq: Int64
+    }
+
+    struct MutationResponse: ResponseEncodable {
+        var cart: CartBody
+        /// The seq of the event this change wrote.
+        var seq: Int64
+        /// How many subscribers the event was queued to.
+        var deliveredTo: Int
+    }
+
+    struct AddItemRequest: Decodable {
+        var sku: String
+        var quantity: Int
+        var unitPriceCents: Int
+        var name: String?
+    }
+
+    struct SetQuantityRequest: Decodable {
+        var quantity: Int
+    }
+
+    // MARK: Handlers
+
+    @Sendable func list(_ request: Request, context: FanoutRequestContext) async throws -> CartsResponse {
+        let snapshot = try await store.snapshot()
+        return CartsResponse(carts: snapshot.carts.map(CartBody.init), seq: snapshot.seq)
+    }
+
+    @Sendable func show(_ request: Request, context: FanoutRequestContext) async throws -> Response {
+        let cartID = try context.parameters.require("cartID")
+        let snapshot = try await store.snapshot(of: [cartID])
+        guard let cart = snapshot.carts.first else {
+            throw APIError(.notFound, code: CartStoreError.Code.cartNotFound.rawValue, "no cart \(cartID)")
+        }
+        var response = try CartResponse(cart: CartBody(cart), seq: snapshot.seq).response(from: request, context: context)
+        response.headers[.eTag] = "\"\(cart.version)\""
+        return response
+    }
+
+    @Sendable func add(_ request: Request, context: FanoutRequestContext) async throws -> Response {
+        let cartID = try context.parameters.require("cartID")
+        let body = try await request.decodeJSON(AddItemRequest.self, context: context)
+        let commit = try await store.addItem(
+            cartID: cartID, sku: body.sku, quantity: body.quantity, unitPriceCents: body.unitPriceCents,
+            name: body.name, expectedVersion: try Self.expectedVersion(request))
+        return try respond(to: commit, request: request, context: context)
+    }
+
+    @Sendable func setQuantity(_ request: Request, context: FanoutRequestContext) async throws -> Response {
+        let cartID = try context.parameters.require("cartID")
+        let sku = try context.parameters.require("sku")
+        let body = try await request.decodeJSON(SetQuantityRequest.self, context: context)
+        let commit = try await store.setQuantity(
+            cartID: cartID, sku: sku, quantity: body.quantity, expectedVersion: try Self.expectedVersion(request))
+        return try respond(to: commit, request: request, context: context)
+    }
+
+    @Sendable func remove(_ request: Request, context: FanoutRequestContext) async throws -> Response {
+        let cartID = try context.parameters.require("cartID")
+        let sku = try context.parameters.require("sku")
+        let commit = try await store.removeItem(cartID: cartID, sku: sku, expectedVersion: try Self.expectedVersion(request))
+        return try respond(to: commit, request: request, context: context)
+    }
+
+    @Sendable func clear(_ request: Request, context: FanoutRequestContext) async throws -> Response {
+        let cartID = try context.parameters.require("cartID")
+        let commit = try await store.clearCart(cartID: cartID, expectedVersion: try Self.expectedVersion(request))
+        return try respond(to: commit, request: request, context: context)
+    }
+
+    private func respond(to commit: CartCommit, request: Request, context: FanoutRequestContext) throws -> Response {
+        // The hub heard the event before the store returned, so its count is final here.
+        let body = MutationResponse(
+            cart: CartBody(commit.cart), seq: commit.event.seq, deliveredTo: hub.deliveredCount(seq: commit.event.seq))
+        var response = try body.response(from: request, context: context)
+        response.headers[.eTag] = "\"\(commit.cart.version)\""
+        return response
+    }
+
+    /// `If-Match: 3` or `If-Match: "3"` (the ETag the API returns): the cart must be at that
+    /// version, else 412.
+    static func expectedVersion(_ request: Request) throws -> Int64? {
+        guard var value = request.headers[.ifMatch] else { return nil }
+        value = value.trimmingCharacters(in: .whitespaces)
+        if value.hasPrefix("\""), value.hasSuffix("\""), value.count >= 2 {
+            value = String(value.dropFirst().dropLast())
+        }
+        guard let version = Int64(value), version >= 0 else {
+            throw APIError.malformed("If-Match must be a cart version, like \"3\" (got \(value.prefix(40)))")
+        }
+        return version
+    }
+}

@@ -1,0 +1,28 @@
+import FanoutProtocol
+import Foundation
+import Hummingbird
+
+/// The request context of the HTTP API: a small body limit, and the product's JSON coding.
+struct FanoutRequestContext: RequestContext {
+    /// Cart requests are tiny; anything larger is refused with 413 before it is read whole.
+    static let maxBodySize = 64 * 1024
+
+    var coreContext: CoreRequestContextStorage
+
+    init(source: Source) {
+        coreContext = .init(source: source)
+    }
+
+    var maxUploadSize: Int { Self.maxBodySize }
+    var requestDecoder: JSONDecoder { FanoutJSON.decoder() }
+    var responseEncoder: JSONEncoder { FanoutJSON.encoder() }
+}
+
+extension Request {
+    /// Decodes the JSON body with the product's decoder; a `DecodingError` becomes a 400 in
+    /// `ErrorMiddleware`, an oversized body a 413.
+    func decodeJSON<T: Decodable>(_ type: T.Type, context: FanoutRequestContext) async throws -> T {
+        let body = try await self.body.collect(upTo: context.maxUploadSize)
+        return try FanoutJSON.decoder().decode(T.self, from: body)
+    }
+}

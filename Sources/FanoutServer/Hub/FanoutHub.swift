@@ -1,0 +1,228 @@
+import CartStore
+import Foundation
+import Logging
+import NIOCore
+import Synchronization
+
+/// The server's observer of the store: fans each committed event out to the subscribers.
+///
+/// An event is encoded once, on the store's writer thread right after the commit, and the
+/// same bytes are queued to every subscriber that wants its cart. Queuing never waits: a
+/// subscriber whose outbox is full is closed as too slow (see `Outbox`).
+final class FanoutHub: CartStoreObserver {
+    struct Stats: Codable, Sendable, Equatable {
+        var subscribers: Int
+        var expiries: Int
+        var slowConsumerDrops: Int
+        var latestSeq: Int64
+        var eventsFannedOut: Int
+        var deliveries: Int
+    }
+
+    /// A subscription in the fan-out list: immutable, so fan-out reads it without a lock.
+    struct Entry: Sendable {
+        let subscriber: Subscriber
+        /// Only events of these carts; `nil` for all.
+        let carts: Set<String>?
+
+        func wants(_ cartID: String) -> Bool { carts?.contains(cartID) ?? true }
+    }
+
+    private struct State: ~Copyable {
+        /// Every open connection, subscribed or not: what leases and shutdown act on.
+        var connections: [String: Subscriber] = [:]
+        /// The subscribed ones, dense, copied (by reference count) for each fan-out: changes
+        /// during a fan-out apply from the next event.
+        var fanout: [Entry] = []
+        var slotByID: [String: Int] = [:]
+        var shuttingDown = false
+
+        mutating func removeFromFanout(_ id: String) {
+            guard let index = slotByID.removeValue(forKey: id) else { return }
+            let last = fanout.count - 1
+            if index != last {
+                fanout.swapAt(index, last)
+                slotByID[fanout[index].subscriber.id] = index
+            }
+            fanout.removeLast()
+        }
+    }
+
+    private let state = Mutex(State())
+    private let expiries = Atomic<Int>(0)
+    private let slowDrops = Atomic<Int>(0)
+    private let fannedOut = Atomic<Int>(0)
+    private let deliveries = Atomic<Int>(0)
+    private let latest: Atomic<Int64>
+    /// How many subscribers each recent event was queued to, for the mutation responses.
+    private let deliveredCounts = Mutex(DeliveredCounts(capacity: 4_096))
+    let logger: Logger
+
+    init(latestSeq: Int64, logger: Logger) {
+        self.latest = Atomic(latestSeq)
+        self.logger = logger
+    }
+
+    // MARK: Observer
+
+    func cartStore(_ store: CartStore, didCommit event: CartEvent) {
+        let frame = OutboxItem.frame(OutboundFrame(seq: event.seq, text: ServerEncoding.encode(.event(event))))
+        let entries = state.withLock { $0.fanout }
+        var delivered = 0
+        for entry in entries where entry.wants(event.cartID) {
+            if entry.subscriber.outbox.enqueue(frame) {
+                delivered += 1
+            } else if entry.subscriber.outbox.closedReason == .tooSlow {
+                drop(entry.subscriber, because: .tooSlow)
+            }
+        }
+        latest.store(event.seq, ordering: .releasing)
+        fannedOut.add(1, ordering: .relaxed)
+        deliveries.add(delivered, ordering: .relaxed)
+        deliveredCounts.withLock { $0.record(seq: event.seq, count: delivered) }
+    }
+
+    // MARK: Connections and subscriptions
+
+    enum ConnectRefusal: Error {
+        case shuttingDown
+        case full
+    }
+
+    /// Registers a new connection, so that its lease is watched. It receives nothing until it
+    /// subscribes.
+    func connect(_ subscriber: Subscriber, maxConnections: Int) throws(ConnectRefusal) {
+        try state.withLock { (state) throws(ConnectRefusal) in
+            guard !state.shuttingDown else { throw .shuttingDown }
+            guard state.connections.count < maxConnections else { throw .full }
+            state.connections[subscriber.id] = subscriber
+        }
+    }
+
+    /// Starts fanning events out to `subscriber`.
+    ///
+    /// The `.start` item is queued and the subscription added under one lock, so every event
+    /// is either committed before the writer reads the log for `.start`, or queued after it.
+    func subscribe(_ subscriber: Subscriber, carts: Set<String>?, since: Int64?) {
+        state.withLock { state in
+            guard state.connections[subscriber.id] != nil, state.slotByID[subscriber.id] == nil else { return }
+            guard subscriber.outbox.enqueue(.start(since: since, carts: carts)) else { return }
+            state.slotByID[subscriber.id] = state.fanout.count
+            state.fanout.append(Entry(subscriber: subscriber, carts: carts))
+        }
+    }
+
+    /// Forgets a connection. Harmless if it is already gone.
+    func disconnect(_ subscriber: Subscriber) {
+        state.withLock { state in
+            state.connections[subscriber.id] = nil
+            state.removeFromFanout(subscriber.id)
+        }
+    }
+
+    /// Closes a subscriber's outbox for `reason`, counts and logs it, and forgets it.
+    func drop(_ subscriber: Subscriber, because reason: CloseReason) {
+        subscriber.outbox.close(reason)
+        let wasConnected = state.withLock { state in
+            defer {
+                state.connections[subscriber.id] = nil
+                state.removeFromFanout(subscriber.id)
+            }
+            return state.connections[subscriber.id] != nil
+        }
+        guard wasConnected else { return }
+        switch reason {
+        case .leaseExpired:
+            expiries.add(1, ordering: .relaxed)
+            logger.info("lease expired", metadata: ["fanout.subscriber.id": "\(subscriber.id)"])
+        case .tooSlow:
+            slowDrops.add(1, ordering: .relaxed)
+            logger.info("slow consumer dropped", metadata: ["fanout.subscriber.id": "\(subscriber.id)"])
+        case .shuttingDown, .connectionEnded:
+            break
+        }
+    }
+
+    /// Drops every connection whose lease lapsed. Returns how many.
+    @discardableResult
+    func expireLeases(ttl: Duration, now: ContinuousClock.Instant = .now) -> Int {
+        let expired = state.withLock { Array($0.connections.values) }.filter { $0.leaseExpired(ttl: ttl, now: now) }
+        for subscriber in expired { drop(subscriber, because: .leaseExpired) }
+        return expired.count
+    }
+
+    /// Queues a server heartbeat (encoded once) to every subscriber.
+    func heartbeat() {
+        let frame = OutboxItem.frame(OutboundFrame(seq: nil, text: ServerEncoding.encode(.heartbeat(latestSeq: latestSeq))))
+        for entry in state.withLock({ $0.fanout }) where !entry.subscriber.outbox.enqueue(frame) {
+            if entry.subscriber.outbox.closedReason == .tooSlow { drop(entry.subscriber, because: .tooSlow) }
+        }
+    }
+
+    /// Refuses new connections and closes the current ones as going away.
+    func shutDown() {
+        let connections = state.withLock { state in
+            state.shuttingDown = true
+            return Array(state.connections.values)
+        }
+        for subscriber in connections { drop(subscriber, because: .shuttingDown) }
+    }
+
+    var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
+
+    // MARK: Figures
+
+    var latestSeq: Int64 { latest.load(ordering: .acquiring) }
+
+    var subscriberCount: Int { state.withLock { $0.connections.count } }
+
+    /// How many subscribers the event `seq` was queued to (0 if unknown or too old).
+    func deliveredCount(seq: Int64) -> Int {
+        deliveredCounts.withLock { $0.count(seq: seq) }
+    }
+
+    var stats: Stats {
+        Stats(
+            subscribers: subscriberCount,
+            expiries: expiries.load(ordering: .relaxed),
+            slowConsumerDrops: slowDrops.load(ordering: .relaxed),
+            latestSeq: latestSeq,
+            eventsFannedOut: fannedOut.load(ordering: .relaxed),
+            deliveries: deliveries.load(ordering: .relaxed))
+    }
+}
+
+/// A fixed ring of (seq, count): bounded memory for the `deliveredTo` of recent events.
+struct DeliveredCounts {
+    private var seqs: [Int64]
+    private var counts: [Int]
+
+    init(capacity: Int) {
+        seqs = Array(repeating: -1, count: capacity)
+        counts = Array(repeating: 0, count: capacity)
+    }
+
+    mutating func record(seq: Int64, count: Int) {
+        let slot = Int(seq % Int64(seqs.count))
+        seqs[slot] = seq
+        counts[slot] = count
+    }
+
+    func count(seq: Int64) -> Int {
+        let slot = Int(seq % Int64(seqs.count))
+        return seqs[slot] == seq ? counts[slot] : 0
+    }
+}
+
+/// Encodes server messages for the wire.
+enum ServerEncoding {
+    private static let encoder = FanoutJSON.encoder()
+
+    static func encode(_ message: ServerMessage) -> ByteBuffer {
+        guard let data = try? encoder.encode(message) else {
+            // Only non-finite numbers could fail, and the server sends none; never crash for it.
+            return ByteBuffer(string: #"{"code":"internal_error","message":"unencodable message","type":"error"}"#)
+        }
+        return ByteBuffer(bytes: data)
+    }
+}

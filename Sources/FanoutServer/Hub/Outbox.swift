@@ -1,0 +1,108 @@
+import DequeModule
+import NIOCore
+import Synchronization
+
+/// Why a subscriber's connection ends from the server's side.
+enum CloseReason: Sendable, Equatable {
+    /// No client message within the lease TTL.
+    case leaseExpired
+    /// The outbox overflowed: the client reads too slowly.
+    case tooSlow
+    /// The server is shutting down.
+    case shuttingDown
+    /// The client closed the connection or broke the protocol; nothing more to send.
+    case connectionEnded
+}
+
+/// A message ready for the wire: encoded once and shared by every subscriber it goes to
+/// (`ByteBuffer` is copy-on-write, so queuing it anywhere copies no bytes).
+struct OutboundFrame: Sendable {
+    /// The event's seq, for events; lets a subscriber skip what its backlog already sent.
+    var seq: Int64?
+    var text: ByteBuffer
+}
+
+/// What a subscriber's writer takes from its outbox.
+enum OutboxItem: Sendable {
+    /// The subscription starts: send the snapshot or the backlog, then what follows.
+    case start(since: Int64?, carts: Set<String>?)
+    case frame(OutboundFrame)
+}
+
+/// The bounded queue between the hub (producer, on the store's writer thread) and one
+/// subscriber's WebSocket writer (consumer).
+///
+/// When it is full, `enqueue` refuses, the outbox closes with `.tooSlow`, and the writer closes
+/// the connection: the store and the other subscribers never wait for a slow one, and the
+/// client resumes from the durable log with `since`.
+final class Outbox: Sendable {
+    enum Next: Sendable {
+        case item(OutboxItem)
+        case closed(CloseReason)
+    }
+
+    private struct State: ~Copyable {
+        var items = Deque<OutboxItem>()
+        var closed: CloseReason?
+        var waiter: CheckedContinuation<Next, Never>?
+    }
+
+    let limit: Int
+    private let state = Mutex(State())
+
+    init(limit: Int) {
+        self.limit = max(1, limit)
+    }
+
+    /// Queues a frame. Returns false, and closes the outbox as too slow, when it is full;
+    /// returns false without effect when it is already closed.
+    @discardableResult
+    func enqueue(_ item: OutboxItem) -> Bool {
+        let (accepted, waiter, next): (Bool, CheckedContinuation<Next, Never>?, Next?) = state.withLock { state in
+            if state.closed != nil { return (false, nil, nil) }
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return (true, waiter, .item(item))
+            }
+            guard state.items.count < limit else {
+                state.items.removeAll()
+                state.closed = .tooSlow
+                return (false, nil, nil)
+            }
+            state.items.append(item)
+            return (true, nil, nil)
+        }
+        if let waiter, let next { waiter.resume(returning: next) }
+        return accepted
+    }
+
+    /// Closes the outbox: queued frames are dropped and the writer learns `reason` next.
+    /// The first reason wins.
+    func close(_ reason: CloseReason) {
+        let waiter: CheckedContinuation<Next, Never>? = state.withLock { state in
+            guard state.closed == nil else { return nil }
+            state.closed = reason
+            state.items.removeAll()
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: .closed(reason))
+    }
+
+    var closedReason: CloseReason? { state.withLock { $0.closed } }
+
+    var count: Int { state.withLock { $0.items.count } }
+
+    /// The next frame, waiting for one; `.closed` once closed. One consumer at a time.
+    func next() async -> Next {
+        await withCheckedContinuation { continuation in
+            let ready: Next? = state.withLock { state in
+                if let reason = state.closed { return .closed(reason) }
+                if let item = state.items.popFirst() { return .item(item) }
+                state.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+}

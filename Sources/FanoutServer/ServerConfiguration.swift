@@ -1,0 +1,35 @@
+import Logging
+
+/// Everything `fanout-server` can be told, as values: the command line fills one in, tests
+/// build their own.
+struct ServerConfiguration: Sendable {
+    var host = "127.0.0.1"
+    /// 0 binds a free port; the bound address is printed as the first stdout line.
+    var port = 8080
+    var databasePath = "./fanout.sqlite"
+    /// How often subscribers should heartbeat, and how often the server heartbeats to them.
+    var heartbeatInterval: Duration = .seconds(5)
+    /// A subscriber that sends nothing for this long is dropped.
+    var leaseTTL: Duration = .seconds(15)
+    /// Messages that may wait for one subscriber before it is dropped as too slow.
+    var outboxLimit = 1_024
+    var maxSubscribers = 10_000
+    /// Cart ids one subscription may name.
+    var maxCartsPerSubscription = 100
+    /// When set, mutations, `/events` and `/subscribe` require it.
+    var token: String?
+    /// Origins allowed to open WebSockets or send requests from a browser.
+    var allowedOrigins: Set<String> = []
+    /// Largest request body and WebSocket message accepted.
+    var maxBodySize = 64 * 1024
+    var maxMessageSize = 64 * 1024
+    var logLevel: Logger.Level = .info
+}
+
+extension Duration {
+    /// The duration as fractional seconds, for the wire and for logs.
+    var seconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

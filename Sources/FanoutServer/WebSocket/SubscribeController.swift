@@ -1,0 +1,223 @@
+import CartStore
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import NIOWebSocket
+
+/// `/subscribe`: the WebSocket through which remote subscribers follow the event log.
+///
+/// Per connection one reader (client messages: every one renews the lease) and one writer
+/// (welcome, then the snapshot or backlog, then the outbox) run in a task group; the first to
+/// finish ends the other. See docs/PROTOCOL.md.
+struct SubscribeController: Sendable {
+    let store: CartStore
+    let hub: FanoutHub
+    let configuration: ServerConfiguration
+    let access: AccessPolicy
+
+    func addRoutes(to router: Router<BasicWebSocketRequestContext>) {
+        router.ws("/subscribe") { request, context in
+            try access.check(request, requiresToken: true)
+            guard !hub.isShuttingDown else {
+                throw APIError(.serviceUnavailable, code: "shutting_down", "the server is shutting down")
+            }
+            guard hub.subscriberCount < configuration.maxSubscribers else {
+                throw APIError(.serviceUnavailable, code: "server_full", "the server has its maximum of \(configuration.maxSubscribers) subscribers")
+            }
+            return .upgrade([:])
+        } onUpgrade: { inbound, outbound, context in
+            try await handle(inbound: inbound, outbound: outbound, logger: context.logger)
+        }
+    }
+
+    func handle(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, logger: Logger) async throws {
+        let subscriber = Subscriber(id: Self.newID(), outboxLimit: configuration.outboxLimit)
+        let logger = logger.withSubscriber(subscriber.id)
+        do {
+            try hub.connect(subscriber, maxConnections: configuration.maxSubscribers)
+        } catch {
+            let (code, reason) = error == .full
+                ? (WebSocketErrorCode(codeNumber: Int(FanoutCloseCode.serverFull.rawValue)), "server full")
+                : (WebSocketErrorCode.goingAway, "server shutting down")
+            try await outbound.close(code, reason: reason)
+            return
+        }
+        defer { hub.disconnect(subscriber) }
+        logger.debug("subscriber connected")
+
+        let welcome = ServerMessage.welcome(.init(
+            subscriberID: subscriber.id,
+            heartbeatInterval: configuration.heartbeatInterval.seconds,
+            leaseTTL: configuration.leaseTTL.seconds,
+            latestSeq: hub.latestSeq))
+        try await outbound.write(.custom(Self.textFrame(ServerEncoding.encode(welcome))))
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                defer { subscriber.outbox.close(.connectionEnded) }
+                try await read(inbound, outbound: outbound, subscriber: subscriber)
+            }
+            group.addTask {
+                try await write(outbound, subscriber: subscriber, logger: logger)
+            }
+            // The writer ends when the outbox closes (the reader closes it on its way out);
+            // the reader ends when the client goes or breaks the protocol.
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
+    // MARK: Reader
+
+    private func read(_ inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, subscriber: Subscriber) async throws {
+        var subscribed = false
+        do {
+            for try await message in inbound.messages(maxSize: configuration.maxMessageSize) {
+                subscriber.heard()
+                guard case .text(let text) = message else {
+                    try await sendError(outbound, code: "binary_not_supported", "send JSON text frames, not binary")
+                    try await outbound.close(.policyViolation, reason: "binary frames are not supported")
+                    return
+                }
+                let clientMessage: ClientMessage
+                do {
+                    clientMessage = try FanoutJSON.decoder().decode(ClientMessage.self, from: Data(text.utf8))
+                } catch {
+                    try await sendError(outbound, code: "bad_message", "expected {\"type\":\"subscribe\"|\"heartbeat\",…}: \(Self.describe(error))")
+                    continue
+                }
+                switch clientMessage {
+                case .heartbeat:
+                    continue
+                case .subscribe(let carts, let since):
+                    if subscribed {
+                        try await sendError(outbound, code: "already_subscribed", "this connection is already subscribed; open another to change the carts")
+                        continue
+                    }
+                    if let problem = validate(carts: carts, since: since) {
+                        try await sendError(outbound, code: problem.code, problem.message)
+                        continue
+                    }
+                    subscribed = true
+                    hub.subscribe(subscriber, carts: carts.map(Set.init), since: since)
+                }
+            }
+        } catch {
+            // Too large, invalid UTF-8, protocol errors: say so, then let WebSocket close with
+            // the matching code (1009, 1007, 1002).
+            try? await sendError(outbound, code: "bad_frame", "the last frame broke the WebSocket rules or the \(configuration.maxMessageSize)-byte limit")
+            throw error
+        }
+    }
+
+    private func validate(carts: [String]?, since: Int64?) -> (code: String, message: String)? {
+        if let since, since < 0 {
+            return ("invalid_since", "since must be ≥ 0 (got \(since))")
+        }
+        guard let carts else { return nil }
+        if carts.isEmpty {
+            return ("invalid_carts", "carts must name at least one cart, or be left out for all carts")
+        }
+        if carts.count > configuration.maxCartsPerSubscription {
+            return ("too_many_carts", "a subscription may name at most \(configuration.maxCartsPerSubscription) carts (got \(carts.count))")
+        }
+        if let bad = carts.first(where: { !CartLimits.isValidIdentifier($0) }) {
+            return ("invalid_cart_id", "cart ids are 1–64 characters of A-Z a-z 0-9 . _ - (got \"\(bad.prefix(80))\")")
+        }
+        return nil
+    }
+
+    private func sendError(_ outbound: WebSocketOutboundWriter, code: String, _ message: String) async throws {
+        try await outbound.write(.custom(Self.textFrame(ServerEncoding.encode(.error(code: code, message: message)))))
+    }
+
+    // MARK: Writer
+
+    private func write(_ outbound: WebSocketOutboundWriter, subscriber: Subscriber, logger: Logger) async throws {
+        /// The newest seq already sent; outbox events at or before it were in the backlog.
+        var sentThrough: Int64 = .max
+        while true {
+            switch await subscriber.outbox.next() {
+            case .item(.start(let since, let carts)):
+                sentThrough = try await sendHistory(outbound, carts: carts, since: since)
+            case .item(.frame(let frame)):
+                if let seq = frame.seq, seq <= sentThrough { continue }
+                try await outbound.write(.custom(Self.textFrame(frame.text)))
+            case .closed(let reason):
+                switch reason {
+                case .leaseExpired:
+                    try await outbound.close(.init(codeNumber: Int(FanoutCloseCode.leaseExpired.rawValue)), reason: "lease expired: heartbeat more often")
+                case .tooSlow:
+                    try await outbound.close(.init(codeNumber: Int(FanoutCloseCode.tooSlow.rawValue)), reason: "too slow: reconnect and resume with since")
+                case .shuttingDown:
+                    try await outbound.close(.goingAway, reason: "server shutting down")
+                case .connectionEnded:
+                    break
+                }
+                return
+            }
+        }
+    }
+
+    /// Sends the events after `since` from the log, or a snapshot; returns the seq sent through.
+    private func sendHistory(_ outbound: WebSocketOutboundWriter, carts: Set<String>?, since: Int64?) async throws -> Int64 {
+        guard var after = since else {
+            return try await sendSnapshot(outbound, carts: carts, reason: .initial)
+        }
+        let encoder = FanoutJSON.encoder()
+        while true {
+            let page: EventLogRead
+            do {
+                page = try await store.events(after: after, limit: 500, carts: carts)
+            } catch let error as CartStoreError where error.code == .sinceAhead {
+                return try await sendSnapshot(outbound, carts: carts, reason: .sinceAhead)
+            }
+            switch page {
+            case .tooOld:
+                return try await sendSnapshot(outbound, carts: carts, reason: .sinceTooOld)
+            case .events(let events, let latest):
+                for event in events {
+                    let data = try encoder.encode(ServerMessage.event(event))
+                    try await outbound.write(.custom(Self.textFrame(ByteBuffer(bytes: data))))
+                }
+                // A short page is the whole log as of the read; later events are in the outbox.
+                guard events.count == 500, let last = events.last else { return max(events.last?.seq ?? after, latest) }
+                after = last.seq
+            }
+        }
+    }
+
+    private func sendSnapshot(_ outbound: WebSocketOutboundWriter, carts: Set<String>?, reason: SnapshotReason) async throws -> Int64 {
+        let snapshot = try await store.snapshot(of: carts)
+        let message = ServerMessage.snapshot(carts: snapshot.carts, seq: snapshot.seq, reason: reason)
+        try await outbound.write(.custom(Self.textFrame(ServerEncoding.encode(message))))
+        return snapshot.seq
+    }
+
+    // MARK: Helpers
+
+    static func textFrame(_ buffer: ByteBuffer) -> WebSocketFrame {
+        WebSocketFrame(fin: true, opcode: .text, data: buffer)
+    }
+
+    static func newID() -> String {
+        String(UInt64.random(in: 0...UInt64.max), radix: 36)
+    }
+
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? DecodingError {
+            return ErrorMiddleware<BasicRequestContext>.describe(error)
+        }
+        return "invalid JSON"
+    }
+}
+
+extension Logger {
+    func withSubscriber(_ id: String) -> Logger {
+        var logger = self
+        logger[metadataKey: "fanout.subscriber.id"] = "\(id)"
+        return logger
+    }
+}
