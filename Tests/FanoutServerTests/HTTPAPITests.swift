@@ -1,0 +1,176 @@
+import CartStore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import Testing
+@testable import FanoutServer
+
+@Suite("HTTP API")
+struct HTTPAPITests {
+    static func app(_ configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> FanoutServerApp {
+        var configuration = ServerConfiguration()
+        configuration.port = 0
+        configure(&configuration)
+        var logger = Logger(label: "fanout-test")
+        logger.logLevel = .critical
+        return try await buildApplication(configuration: configuration, store: try CartStore.inMemory(), logger: logger)
+    }
+
+    /// The body as a JSON object; empty (and so failing the checks that read it) if it is not one.
+    static func json(_ buffer: ByteBuffer) -> [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(buffer: buffer))) as? [String: Any] ?? [:]
+    }
+
+    static func errorCode(_ buffer: ByteBuffer) -> String? {
+        (json(buffer)["error"] as? [String: Any])?["code"] as? String
+    }
+
+    static func body(_ text: String) -> ByteBuffer { ByteBuffer(string: text) }
+
+    @Test func changeACartAndReadItBack() async throws {
+        try await Self.app().application.test(.router) { client in
+            try await client.execute(uri: "/carts/alice/items", method: .post,
+                                     body: Self.body(#"{"sku":"apple","quantity":2,"unitPriceCents":50,"name":"Apple"}"#)) { response in
+                #expect(response.status == .ok)
+                let object = Self.json(response.body)
+                #expect(object["seq"] as? Int == 1)
+                #expect(object["deliveredTo"] as? Int == 0)
+                let cart = try #require(object["cart"] as? [String: Any])
+                #expect(cart["totalCents"] as? Int == 100)
+                #expect(cart["version"] as? Int == 1)
+                #expect(response.headers[.eTag] == "\"1\"")
+            }
+            try await client.execute(uri: "/carts/alice/items/apple", method: .patch, headers: [.ifMatch: "\"1\""],
+                                     body: Self.body(#"{"quantity":5}"#)) { response in
+                #expect(response.status == .ok)
+                #expect(Self.json(response.body)["seq"] as? Int == 2)
+            }
+            try await client.execute(uri: "/carts/alice", method: .get) { response in
+                let object = Self.json(response.body)
+                let cart = try #require(object["cart"] as? [String: Any])
+                #expect(cart["itemCount"] as? Int == 5)
+                #expect(object["seq"] as? Int == 2)
+            }
+            try await client.execute(uri: "/carts/alice/items/apple", method: .delete) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/carts/alice", method: .delete) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/carts", method: .get) { response in
+                let carts = try #require(Self.json(response.body)["carts"] as? [[String: Any]])
+                #expect(carts.count == 1)
+                #expect(carts.first?["version"] as? Int == 4)
+            }
+            try await client.execute(uri: "/events?since=1&limit=2", method: .get) { response in
+                let object = Self.json(response.body)
+                let events = try #require(object["events"] as? [[String: Any]])
+                #expect(events.map { $0["seq"] as? Int } == [2, 3])
+                #expect(events.map { $0["kind"] as? String } == ["quantityChanged", "itemRemoved"])
+                #expect(object["nextSince"] as? Int == 3)
+                #expect(object["latestSeq"] as? Int == 4)
+            }
+            try await client.execute(uri: "/healthz", method: .get) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/stats", method: .get) { response in
+                #expect(Self.json(response.body)["latestSeq"] as? Int == 4)
+            }
+        }
+    }
+
+    @Test(arguments: [
+        ("/carts/alice/items", HTTPRequest.Method.post, #"{"sku":"apple","quantity":2"#, HTTPResponse.Status.badRequest, "malformed_request"),
+        ("/carts/alice/items", .post, #"{"sku":"apple","quantity":"two","unitPriceCents":1}"#, .badRequest, "malformed_request"),
+        ("/carts/alice/items", .post, #"{"sku":"apple"}"#, .badRequest, "malformed_request"),
+        ("/carts/alice/items", .post, #"{"sku":"apple","quantity":0,"unitPriceCents":1}"#, .unprocessableContent, "invalid_quantity"),
+        ("/carts/alice/items", .post, #"{"sku":"a b","quantity":1,"unitPriceCents":1}"#, .unprocessableContent, "invalid_sku"),
+        ("/carts/al!ce/items", .post, #"{"sku":"a","quantity":1,"unitPriceCents":1}"#, .unprocessableContent, "invalid_cart_id"),
+        ("/carts/alice/items", .post, #"{"sku":"a","quantity":1,"unitPriceCents":-5}"#, .unprocessableContent, "invalid_price"),
+        ("/carts/ghost", .get, "", .notFound, "cart_not_found"),
+        ("/carts/ghost", .delete, "", .notFound, "cart_not_found"),
+        ("/carts/ghost/items/a", .patch, #"{"quantity":1}"#, .notFound, "cart_not_found"),
+        ("/nowhere", .get, "", .notFound, "not_found"),
+        ("/events?since=abc", .get, "", .badRequest, "malformed_request"),
+        ("/events?since=99", .get, "", .conflict, "since_ahead"),
+        ("/events?limit=0", .get, "", .unprocessableContent, "invalid_limit"),
+    ])
+    func badInputGetsItsStatusAndCode(uri: String, method: HTTPRequest.Method, body: String, status: HTTPResponse.Status, code: String) async throws {
+        try await Self.app().application.test(.router) { client in
+            try await client.execute(uri: uri, method: method, body: Self.body(body)) { response in
+                #expect(response.status == status)
+                #expect(Self.errorCode(response.body) == code)
+                #expect(response.headers[.contentType]?.hasPrefix("application/json") == true)
+            }
+        }
+    }
+
+    @Test func conflictsAndLimits() async throws {
+        try await Self.app().application.test(.router) { client in
+            let add = Self.body(#"{"sku":"a","quantity":9999,"unitPriceCents":1}"#)
+            try await client.execute(uri: "/carts/c/items", method: .post, body: add) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/carts/c/items", method: .post, body: Self.body(#"{"sku":"a","quantity":2,"unitPriceCents":1}"#)) { response in
+                #expect(response.status == .conflict)
+                #expect(Self.errorCode(response.body) == "quantity_overflow")
+            }
+            try await client.execute(uri: "/carts/c", method: .delete, headers: [.ifMatch: "7"]) { response in
+                #expect(response.status == .preconditionFailed)
+                #expect(Self.errorCode(response.body) == "version_conflict")
+            }
+            try await client.execute(uri: "/carts/c", method: .delete, headers: [.ifMatch: "soon"]) { response in
+                #expect(response.status == .badRequest)
+            }
+            let huge = ByteBuffer(repeating: UInt8(ascii: "x"), count: 70_000)
+            try await client.execute(uri: "/carts/c/items", method: .post, body: huge) { response in
+                #expect(response.status == .contentTooLarge)
+                #expect(Self.errorCode(response.body) == "body_too_large")
+            }
+            // Nothing above changed the cart.
+            try await client.execute(uri: "/carts/c", method: .get) { response in
+                #expect((Self.json(response.body)["cart"] as? [String: Any])?["version"] as? Int == 1)
+            }
+        }
+    }
+
+    @Test func prunedHistoryIsGone() async throws {
+        let app = try await Self.app()
+        for index in 0..<5 {
+            try await app.store.addItem(cartID: "c", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
+        }
+        try await app.store.pruneEvents(keepingLast: 2)
+        try await app.application.test(.router) { client in
+            try await client.execute(uri: "/events?since=1", method: .get) { response in
+                #expect(response.status == .gone)
+                let error = try #require(Self.json(response.body)["error"] as? [String: Any])
+                #expect(error["code"] as? String == "history_too_old")
+                #expect(error["oldestRetainedSeq"] as? Int == 4)
+            }
+        }
+    }
+
+    @Test func tokenIsRequiredForChangesAndEventsButNotForReads() async throws {
+        try await Self.app { $0.token = "s3cret" }.application.test(.router) { client in
+            let add = Self.body(#"{"sku":"a","quantity":1,"unitPriceCents":1}"#)
+            try await client.execute(uri: "/carts/c/items", method: .post, body: add) { response in
+                #expect(response.status == .unauthorized)
+                #expect(Self.errorCode(response.body) == "unauthorized")
+            }
+            try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer wrong"], body: add) { response in
+                #expect(response.status == .forbidden)
+            }
+            try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer s3cret"], body: add) { response in
+                #expect(response.status == .ok)
+            }
+            try await client.execute(uri: "/events", method: .get) { #expect($0.status == .unauthorized) }
+            try await client.execute(uri: "/events?token=s3cret", method: .get) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/carts", method: .get) { #expect($0.status == .ok) }
+        }
+    }
+
+    @Test func browserOriginsMustBeAllowed() async throws {
+        try await Self.app { $0.allowedOrigins = ["http://localhost:3000"] }.application.test(.router) { client in
+            try await client.execute(uri: "/carts", method: .get, headers: [.origin: "http://evil.example"]) { response in
+                #expect(response.status == .forbidden)
+                #expect(Self.errorCode(response.body) == "origin_not_allowed")
+            }
+            try await client.execute(uri: "/carts", method: .get, headers: [.origin: "http://localhost:3000"]) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/carts", method: .get) { #expect($0.status == .ok) }
+        }
+    }
+}

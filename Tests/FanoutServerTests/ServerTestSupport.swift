@@ -1,0 +1,134 @@
+import CartStore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import HummingbirdWSClient
+import Logging
+import NIOCore
+import NIOWebSocket
+import Synchronization
+import Testing
+@testable import FanoutServer
+
+/// A server on port 0 over an in-memory (or given) store, for one test.
+func withServer<T: Sendable>(
+    _ configure: (inout ServerConfiguration) -> Void = { _ in },
+    store: CartStore? = nil,
+    _ body: @escaping @Sendable (_ port: Int, _ server: FanoutServerApp) async throws -> T
+) async throws -> T {
+    var configuration = ServerConfiguration()
+    configuration.port = 0
+    configuration.heartbeatInterval = .milliseconds(200)
+    configuration.leaseTTL = .seconds(1)
+    configure(&configuration)
+    var logger = Logger(label: "fanout-test")
+    logger.logLevel = .warning
+    let server = try await buildApplication(configuration: configuration, store: try store ?? CartStore.inMemory(), logger: logger)
+    return try await server.application.test(.live) { client in
+        try await body(try #require(client.port), server)
+    }
+}
+
+/// Waits until `condition` holds, polling, or records a failure after `timeout`.
+func eventually(
+    timeout: Duration = .seconds(10), _ what: String,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
+) async rethrows {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    Issue.record("timed out waiting for \(what)", sourceLocation: sourceLocation)
+}
+
+/// A WebSocket subscriber driven by a test: records every server message, sends on demand,
+/// and heartbeats by itself unless told not to.
+final class TestSubscriber: Sendable {
+    /// What the connection task and the test share.
+    private final class Shared: Sendable {
+        let received = Mutex<[ServerMessage]>([])
+        let writer = Mutex<WebSocketOutboundWriter?>(nil)
+        let heartbeating: Atomic<Bool>
+        init(heartbeats: Bool) { heartbeating = Atomic(heartbeats) }
+    }
+
+    private let shared: Shared
+    private let connection: Task<WebSocketCloseFrame?, any Error>
+
+    init(port: Int, path: String = "/subscribe", headers: HTTPFields = [:], heartbeats: Bool = true) {
+        let shared = Shared(heartbeats: heartbeats)
+        self.shared = shared
+        connection = Task {
+            var configuration = WebSocketClientConfiguration()
+            configuration.additionalHeaders = headers
+            return try await WebSocketClient.connect(
+                url: "ws://127.0.0.1:\(port)\(path)", configuration: configuration, logger: Logger(label: "test-subscriber")
+            ) { inbound, outbound, _ in
+                shared.writer.withLock { $0 = outbound }
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        while true {
+                            try await Task.sleep(for: .milliseconds(100))
+                            if shared.heartbeating.load(ordering: .relaxed) {
+                                try await outbound.write(.text(#"{"type":"heartbeat"}"#))
+                            }
+                        }
+                    }
+                    for try await message in inbound.messages(maxSize: 1 << 22) {
+                        guard case .text(let text) = message else { continue }
+                        let decoded = try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(text.utf8))
+                        shared.received.withLock { $0.append(decoded) }
+                    }
+                    group.cancelAll()
+                }
+            }
+        }
+    }
+
+    var messages: [ServerMessage] { shared.received.withLock { $0 } }
+
+    var events: [CartEvent] {
+        messages.compactMap { if case .event(let event) = $0 { event } else { nil } }
+    }
+
+    var errors: [String] {
+        messages.compactMap { if case .error(let code, _) = $0 { code } else { nil } }
+    }
+
+    var snapshots: [(carts: [Cart], seq: Int64, reason: SnapshotReason)] {
+        messages.compactMap { if case .snapshot(let carts, let seq, let reason) = $0 { (carts, seq, reason) } else { nil } }
+    }
+
+    func stopHeartbeats() { shared.heartbeating.store(false, ordering: .relaxed) }
+
+    func send(_ message: ClientMessage) async throws {
+        let data = try FanoutJSON.encoder().encode(message)
+        try await sendRaw(.text(String(decoding: data, as: UTF8.self)))
+    }
+
+    func sendRaw(_ frame: WebSocketOutboundWriter.OutboundFrame) async throws {
+        await eventually("the connection to open") { shared.writer.withLock { $0 != nil } }
+        try await shared.writer.withLock { $0 }!.write(frame)
+    }
+
+    /// Waits for the welcome, then subscribes.
+    func subscribe(carts: [String]? = nil, since: Int64? = nil) async throws {
+        await eventually("welcome") { messages.contains { $0.kind == .welcome } }
+        try await send(.subscribe(carts: carts, since: since))
+    }
+
+    /// The close frame the server sent, once the connection ends.
+    func closeFrame() async throws -> WebSocketCloseFrame? {
+        try await connection.value
+    }
+
+    func close() async {
+        if let outbound = shared.writer.withLock({ $0 }) {
+            try? await outbound.close(.normalClosure, reason: nil)
+        }
+        _ = try? await connection.value
+    }
+}
