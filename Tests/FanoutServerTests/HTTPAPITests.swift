@@ -169,7 +169,10 @@ struct HTTPAPITests {
                 #expect(response.status == .forbidden)
                 #expect(Self.errorCode(response.body) == "origin_not_allowed")
             }
+            try await client.execute(uri: "/carts", method: .get, headers: [.origin: "null"]) { #expect($0.status == .forbidden) }
             try await client.execute(uri: "/carts", method: .get, headers: [.origin: "http://localhost:3000"]) { #expect($0.status == .ok) }
+            // Non-browser WebSocket clients name their own ws:// URL; no web page can.
+            try await client.execute(uri: "/carts", method: .get, headers: [.origin: "ws://127.0.0.1"]) { #expect($0.status == .ok) }
             try await client.execute(uri: "/carts", method: .get) { #expect($0.status == .ok) }
         }
     }

@@ -111,7 +111,11 @@ final class TestSubscriber: Sendable {
 
     func sendRaw(_ frame: WebSocketOutboundWriter.OutboundFrame) async throws {
         await eventually("the connection to open") { shared.writer.withLock { $0 != nil } }
-        try await shared.writer.withLock { $0 }!.write(frame)
+        guard let writer = shared.writer.withLock({ $0 }) else {
+            _ = try await connection.value  // surfaces why it never opened
+            throw CancellationError()
+        }
+        try await writer.write(frame)
     }
 
     /// Waits for the welcome, then subscribes.

@@ -5,7 +5,7 @@ import Hummingbird
 ///
 /// A web page open in the user's browser can reach a server on localhost; the `Origin` check
 /// stops it from reading carts over a WebSocket or changing them with a request. Clients that
-/// are not browsers send no `Origin` and are not affected.
+/// are not browsers send no `Origin`, or a `ws://` one, and are not affected.
 struct AccessPolicy: Sendable {
     let token: String?
     let allowedOrigins: Set<String>
@@ -14,8 +14,8 @@ struct AccessPolicy: Sendable {
     /// and missing or wrong. The token comes as `Authorization: Bearer T`, or as `?token=T` for
     /// browsers, whose WebSocket API cannot set headers.
     func check(_ request: Request, requiresToken: Bool) throws {
-        if let origin = request.headers[.origin], !allowedOrigins.contains(origin) {
-            throw APIError(.forbidden, code: "origin_not_allowed", "origin \(origin) is not allowed (see --allow-origin)")
+        for origin in request.headers[values: .origin] where !isAllowed(origin: origin) {
+            throw APIError(.forbidden, code: "origin_not_allowed", "origin \(origin.prefix(100)) is not allowed (see --allow-origin)")
         }
         guard requiresToken, let token else { return }
         let offered = Self.bearer(request.headers[.authorization]) ?? request.uri.queryParameters.get("token")
@@ -25,6 +25,14 @@ struct AccessPolicy: Sendable {
         guard Self.constantTimeEqual(offered, token) else {
             throw APIError(.forbidden, code: "bad_token", "the token is not valid")
         }
+    }
+
+    /// Web pages send their `http(s)://` origin (or `null`); those must be on the list.
+    /// Non-browser WebSocket clients may send their own `ws(s)://` URL, which no page can.
+    func isAllowed(origin: String) -> Bool {
+        if allowedOrigins.contains(origin) { return true }
+        let lowercased = origin.lowercased()
+        return lowercased.hasPrefix("ws://") || lowercased.hasPrefix("wss://")
     }
 
     static func bearer(_ header: String?) -> String? {
