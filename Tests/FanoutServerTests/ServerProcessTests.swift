@@ -1,0 +1,117 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import NIOWebSocket
+import Testing
+@testable import FanoutServer
+
+/// The real `fanout-server` executable, started as a process on port 0.
+final class ServerProcess {
+    static var executable: URL {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appending(path: "fanout-server")
+    }
+
+    let process = Process()
+    let port: Int
+    private let stdout = Pipe()
+
+    init(arguments: [String]) throws {
+        process.executableURL = Self.executable
+        process.arguments = arguments
+        process.standardOutput = stdout
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // The first line is always "listening on http://HOST:PORT".
+        var line = Data()
+        while !line.contains(UInt8(ascii: "\n")) {
+            let chunk = stdout.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            line.append(chunk)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard text.hasPrefix("listening on http://"), let port = text.split(separator: ":").last.flatMap({ Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) else {
+            process.terminate()
+            throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "unexpected first line: \(text)"])
+        }
+        self.port = port
+    }
+
+    func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+
+    func waitForExit() -> Int32 {
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    deinit {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+}
+
+@Suite("fanout-server process")
+struct ServerProcessTests {
+    static func post(port: Int, cart: String, sku: String) async throws -> Int {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/carts/\(cart)/items")!)
+        request.httpMethod = "POST"
+        request.httpBody = Data(#"{"sku":"\#(sku)","quantity":1,"unitPriceCents":10}"#.utf8)
+        let (_, response) = try await URLSession.shared.data(for: request)
+        return (response as? HTTPURLResponse)?.statusCode ?? 0
+    }
+
+    @Test func sigtermClosesSubscribersWith1001AndExitsZero() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path])
+        let subscriber = TestSubscriber(port: server.port)
+        try await subscriber.subscribe()
+        await eventually("snapshot") { !subscriber.snapshots.isEmpty }
+        server.signal(SIGTERM)
+        let close = try await subscriber.closeFrame()
+        #expect(close?.closeCode == .goingAway)
+        #expect(server.waitForExit() == 0)
+    }
+
+    @Test func aRestartOnTheSameDatabaseContinuesTheSeqAndSubscribersResume() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = directory.appending(path: "db.sqlite").path
+
+        let first = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        for index in 0..<5 { #expect(try await Self.post(port: first.port, cart: "c", sku: "a\(index)") == 200) }
+        first.signal(SIGKILL)
+        _ = first.waitForExit()
+
+        let second = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let resumed = TestSubscriber(port: second.port)
+        try await resumed.subscribe(since: 3)
+        await eventually("the backlog") { resumed.events.count == 2 }
+        #expect(try await Self.post(port: second.port, cart: "c", sku: "b") == 200)
+        await eventually("the live event") { resumed.events.count == 3 }
+        #expect(resumed.events.map(\.seq) == [4, 5, 6])
+        await resumed.close()
+        second.signal(SIGTERM)
+        #expect(second.waitForExit() == 0)
+    }
+
+    @Test func badCommandLinesExitNonZeroWithAMessage() throws {
+        for arguments in [["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"]] {
+            let process = Process()
+            process.executableURL = ServerProcess.executable
+            process.arguments = arguments
+            let stderr = Pipe()
+            process.standardError = stderr
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            let message = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            #expect(process.terminationStatus != 0, "\(arguments)")
+            #expect(message.contains("Error"), "\(arguments): \(message)")
+        }
+    }
+}
