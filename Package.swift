@@ -63,18 +63,21 @@ let package = Package(
             dependencies: ["CartStore"],
             path: "Tests/CartStoreCrashWriter"
         ),
+        // Helpers shared by the test targets.
+        .target(name: "FanoutTestSupport", dependencies: ["CartStore"], path: "Tests/FanoutTestSupport"),
         .testTarget(name: "FanoutProtocolTests", dependencies: ["FanoutProtocol"]),
         .testTarget(
             name: "FanoutServerTests",
             dependencies: [
                 "FanoutServer",
+                "FanoutTestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             ]
         ),
         .testTarget(
             name: "CartStoreTests",
-            dependencies: ["CartStore", "cartstore-crash-writer"]
+            dependencies: ["CartStore", "FanoutTestSupport", "cartstore-crash-writer"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -1,4 +1,5 @@
 import Foundation
+import FanoutTestSupport
 import Testing
 @testable import CartStore
 
@@ -21,16 +22,7 @@ struct EventStreamTests {
             }
             return seqs
         }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for writer in 0..<4 {
-                group.addTask {
-                    for index in 0..<50 {
-                        try await store.addItem(cartID: "w\(writer)", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
-                    }
-                }
-            }
-            try await group.waitForAll()
-        }
+        try await writeConcurrently(to: store, writers: 4, perWriter: 50)
         #expect(try await reader.value == Array(11...Int64(total)))
     }
 

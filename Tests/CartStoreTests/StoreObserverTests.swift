@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import GRDB
 import Synchronization
+import FanoutTestSupport
 import Testing
 @testable import CartStore
 
@@ -26,16 +27,7 @@ struct StoreObserverTests {
         let queued = RecordingObserver()
         store.observers.add(sync)
         store.observers.add(queued, queue: DispatchQueue(label: "queued"))
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for writer in 0..<8 {
-                group.addTask {
-                    for index in 0..<50 {
-                        try await store.addItem(cartID: "w\(writer)", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
-                    }
-                }
-            }
-            try await group.waitForAll()
-        }
+        try await writeConcurrently(to: store, writers: 8, perWriter: 50)
         #expect(sync.seqs == Array(1...400))
         await eventually("queued observer to catch up") { queued.received.count == 400 }
         #expect(queued.seqs == Array(1...400))

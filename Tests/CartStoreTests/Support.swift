@@ -1,4 +1,5 @@
 import Foundation
+import FanoutTestSupport
 import Testing
 @testable import CartStore
 
@@ -59,20 +60,6 @@ func fold(_ events: [CartEvent]) -> [Cart] {
         carts[event.cartID, default: Cart(id: event.cartID)].apply(event)
     }
     return carts.values.sorted { $0.id < $1.id }
-}
-
-/// Waits until `condition` holds, polling, or fails the test after `timeout`.
-func eventually(
-    timeout: Duration = .seconds(10), _ what: String,
-    sourceLocation: SourceLocation = #_sourceLocation,
-    _ condition: () async throws -> Bool
-) async rethrows {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try? await Task.sleep(for: .milliseconds(5))
-    }
-    Issue.record("timed out waiting for \(what)", sourceLocation: sourceLocation)
 }
 
 extension CartStoreError {

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import NIOWebSocket
+import FanoutTestSupport
 import Testing
 @testable import FanoutServer
 

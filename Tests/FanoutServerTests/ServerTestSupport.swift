@@ -8,6 +8,7 @@ import Logging
 import NIOCore
 import NIOWebSocket
 import Synchronization
+import FanoutTestSupport
 import Testing
 @testable import FanoutServer
 
@@ -28,20 +29,6 @@ func withServer<T: Sendable>(
     return try await server.application.test(.live) { client in
         try await body(try #require(client.port), server)
     }
-}
-
-/// Waits until `condition` holds, polling, or records a failure after `timeout`.
-func eventually(
-    timeout: Duration = .seconds(10), _ what: String,
-    sourceLocation: SourceLocation = #_sourceLocation,
-    _ condition: () async throws -> Bool
-) async rethrows {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try? await Task.sleep(for: .milliseconds(10))
-    }
-    Issue.record("timed out waiting for \(what)", sourceLocation: sourceLocation)
 }
 
 /// A WebSocket subscriber driven by a test: records every server message, sends on demand,

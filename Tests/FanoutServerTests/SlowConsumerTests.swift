@@ -1,5 +1,6 @@
 import CartStore
 import Foundation
+import FanoutTestSupport
 import Testing
 @testable import FanoutServer
 #if canImport(Glibc)

@@ -4,6 +4,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdWSClient
 import NIOWebSocket
+import FanoutTestSupport
 import Testing
 @testable import FanoutServer
 
@@ -38,16 +39,7 @@ struct SubscribeTests {
             let subscribers = (0..<6).map { _ in TestSubscriber(port: port) }
             for subscriber in subscribers { try await subscriber.subscribe(since: 0) }
             await eventually("all subscribed") { server.hub.stats.subscribers == 6 }
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for writer in 0..<4 {
-                    group.addTask {
-                        for index in 0..<40 {
-                            try await store.addItem(cartID: "w\(writer)", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
-                        }
-                    }
-                }
-                try await group.waitForAll()
-            }
+            try await writeConcurrently(to: store, writers: 4, perWriter: 40)
             for subscriber in subscribers {
                 await eventually("all 160 events") { subscriber.events.count >= 160 }
                 #expect(subscriber.events.map(\.seq) == Array(1...160))
