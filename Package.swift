@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "CartStore", targets: ["CartStore"]),
         .library(name: "FanoutProtocol", targets: ["FanoutProtocol"]),
         .executable(name: "fanout-server", targets: ["FanoutServer"]),
+        .executable(name: "fanout-client", targets: ["fanout-client"]),
     ],
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
@@ -39,6 +40,14 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
+            ]
+        ),
+        .executableTarget(
+            name: "fanout-client",
+            dependencies: [
+                "FanoutProtocol",
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         // Build-time tool: turns migrations/*.sql into Swift source so every binary carries its schema.

@@ -1,0 +1,145 @@
+import ArgumentParser
+import FanoutProtocol
+import Foundation
+
+/// `fanout-client cart …`: the HTTP cart API from a terminal.
+struct CartCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cart",
+        abstract: "Read and change carts over HTTP.",
+        discussion: """
+            Examples:
+              fanout-client cart list
+              fanout-client cart add alice apple --quantity 2 --price 50 --name "Green apple"
+              fanout-client cart set alice apple 5
+            """,
+        subcommands: [List.self, Show.self, Add.self, Set.self, Remove.self, Clear.self])
+
+    struct Connection: ParsableArguments {
+        @Option(help: "The server's base URL.")
+        var url: String = "http://127.0.0.1:8080"
+
+        @Option(help: "Bearer token, if the server requires one (or set FANOUT_TOKEN).")
+        var token: String?
+
+        func api() throws -> HTTPAPI {
+            guard let base = URL(string: url), let scheme = base.scheme, ["http", "https"].contains(scheme), base.host != nil else {
+                throw ValidationError("--url must be an http:// or https:// URL (got \(url))")
+            }
+            let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+            return HTTPAPI(baseURL: base, token: token)
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List every cart.", discussion: "Example: fanout-client cart list")
+        @OptionGroup var connection: Connection
+
+        func run() async throws {
+            let answer = try await connection.api().send("GET", "/carts")
+            let carts = answer["carts"] as? [[String: Any]] ?? []
+            if carts.isEmpty { print("no carts (seq \(answer["seq"] ?? 0))") }
+            for cart in carts { print(CartText.summary(cart)) }
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show one cart.", discussion: "Example: fanout-client cart show alice")
+        @OptionGroup var connection: Connection
+        @Argument(help: "Cart id.") var cartID: String
+
+        func run() async throws {
+            let answer = try await connection.api().send("GET", "/carts/\(try CartText.pathSegment(cartID))")
+            print(CartText.detail(answer["cart"] as? [String: Any] ?? [:], seq: answer["seq"]))
+        }
+    }
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Add an item (or more of it) to a cart.",
+            discussion: "Example: fanout-client cart add alice apple --quantity 2 --price 50 --name Apple")
+        @OptionGroup var connection: Connection
+        @Argument(help: "Cart id.") var cartID: String
+        @Argument(help: "Item sku.") var sku: String
+        @Option(help: "How many to add (1…10000).") var quantity: Int
+        @Option(help: "Unit price in cents.") var price: Int
+        @Option(help: "Display name.") var name: String?
+
+        func run() async throws {
+            var body: [String: Any] = ["sku": sku, "quantity": quantity, "unitPriceCents": price]
+            if let name { body["name"] = name }
+            let answer = try await connection.api().send("POST", "/carts/\(try CartText.pathSegment(cartID))/items", body: body)
+            print(CartText.mutation(answer))
+        }
+    }
+
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Set the quantity of an item (0 removes it).", discussion: "Example: fanout-client cart set alice apple 5")
+        @OptionGroup var connection: Connection
+        @Argument(help: "Cart id.") var cartID: String
+        @Argument(help: "Item sku.") var sku: String
+        @Argument(help: "New quantity (0…10000).") var quantity: Int
+
+        func run() async throws {
+            let path = "/carts/\(try CartText.pathSegment(cartID))/items/\(try CartText.pathSegment(sku))"
+            print(CartText.mutation(try await connection.api().send("PATCH", path, body: ["quantity": quantity])))
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove an item from a cart.", discussion: "Example: fanout-client cart remove alice apple")
+        @OptionGroup var connection: Connection
+        @Argument(help: "Cart id.") var cartID: String
+        @Argument(help: "Item sku.") var sku: String
+
+        func run() async throws {
+            let path = "/carts/\(try CartText.pathSegment(cartID))/items/\(try CartText.pathSegment(sku))"
+            print(CartText.mutation(try await connection.api().send("DELETE", path)))
+        }
+    }
+
+    struct Clear: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove every item of a cart.", discussion: "Example: fanout-client cart clear alice")
+        @OptionGroup var connection: Connection
+        @Argument(help: "Cart id.") var cartID: String
+
+        func run() async throws {
+            print(CartText.mutation(try await connection.api().send("DELETE", "/carts/\(try CartText.pathSegment(cartID))")))
+        }
+    }
+}
+
+/// How carts read in a terminal.
+enum CartText {
+    /// Ids go into paths as they are, so they must follow the id rule (checked here for a
+    /// clear message before anything is sent).
+    static func pathSegment(_ id: String) throws -> String {
+        guard CartLimits.isValidIdentifier(id) else {
+            throw ValidationError("ids are 1–64 characters of A-Z a-z 0-9 . _ - (got \"\(id.prefix(80))\")")
+        }
+        return id
+    }
+
+    static func money(_ cents: Any?) -> String {
+        let cents = (cents as? Int) ?? 0
+        return String(format: "%d.%02d", cents / 100, abs(cents % 100))
+    }
+
+    static func summary(_ cart: [String: Any]) -> String {
+        "\(cart["id"] ?? "?")  v\(cart["version"] ?? 0)  \(cart["itemCount"] ?? 0) items  \(money(cart["totalCents"]))"
+    }
+
+    static func detail(_ cart: [String: Any], seq: Any?) -> String {
+        var lines = ["\(summary(cart))  (seq \(seq ?? 0))"]
+        for item in cart["items"] as? [[String: Any]] ?? [] {
+            let name = (item["name"] as? String).map { " \($0)" } ?? ""
+            lines.append("  \(item["quantity"] ?? 0) × \(item["sku"] ?? "?")\(name) @ \(money(item["unitPriceCents"])) = \(money(item["lineTotalCents"]))")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func mutation(_ answer: [String: Any]) -> String {
+        "\(detail(answer["cart"] as? [String: Any] ?? [:], seq: answer["seq"]))\nevent seq \(answer["seq"] ?? 0), delivered to \(answer["deliveredTo"] ?? 0) subscribers"
+    }
+}

@@ -1,0 +1,142 @@
+import ArgumentParser
+import Dispatch
+import FanoutProtocol
+import Foundation
+import HummingbirdWSClient
+import Logging
+import Synchronization
+
+/// `fanout-client subscribe`: prints every event once, in order, across any disconnect.
+struct SubscribeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "subscribe",
+        abstract: "Print cart events as they happen; reconnect and resume after any disconnect.",
+        discussion: """
+            Prints one line per event (and per snapshot). On a disconnect — server restart,
+            lease expiry, slow-consumer drop, network error — it reconnects with backoff and
+            resumes after the last seq it printed: nothing missed, nothing printed twice.
+            Ctrl-C exits 0.
+
+            Example: fanout-client subscribe --cart alice --format text --state-file ~/.fanout-seq
+            """)
+
+    enum Format: String, ExpressibleByArgument, CaseIterable {
+        case json, text
+    }
+
+    @Option(help: "The server's WebSocket URL.")
+    var url: String = "ws://127.0.0.1:8080/subscribe"
+
+    @Option(name: .customLong("cart"), help: "Only this cart (repeatable); all carts when absent.")
+    var carts: [String] = []
+
+    @Option(help: "Resume after this seq instead of starting from a snapshot.")
+    var since: Int64?
+
+    @Option(help: "File keeping the last printed seq, so a restarted client resumes too.")
+    var stateFile: String?
+
+    @Option(help: "json: one JSON object per line (with type and seq); text: for people.")
+    var format: Format = .json
+
+    @Option(help: "Bearer token, if the server requires one (or set FANOUT_TOKEN).")
+    var token: String?
+
+    func validate() throws {
+        guard let components = URLComponents(string: url), ["ws", "wss"].contains(components.scheme ?? ""), components.host?.isEmpty == false else {
+            throw ValidationError("--url must be a ws:// or wss:// URL (got \(url))")
+        }
+        if let bad = carts.first(where: { !CartLimits.isValidIdentifier($0) }) {
+            throw ValidationError("cart ids are 1–64 characters of A-Z a-z 0-9 . _ - (got \"\(bad.prefix(80))\")")
+        }
+        if let since, since < 0 { throw ValidationError("--since must be ≥ 0") }
+    }
+
+    func run() async throws {
+        let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        let state = try SeqState(stateFile: stateFile, since: since)
+        let printer = EventPrinter(format: format, state: state)
+        Self.exitOnSignals()
+        let session = SubscriberSession(
+            url: url, carts: carts.isEmpty ? nil : carts, token: token, state: state, printer: printer)
+        try await session.run()
+    }
+
+    /// Ctrl-C and SIGTERM end the program with status 0. Output is unbuffered and the state
+    /// file is written after every printed line, so there is nothing left to save; `_exit` is
+    /// safe to call from a signal handler.
+    static func exitOnSignals() {
+        signal(SIGINT) { _ in _exit(0) }
+        signal(SIGTERM) { _ in _exit(0) }
+    }
+}
+
+/// The last seq printed, and its file.
+final class SeqState: Sendable {
+    private let file: URL?
+    private let seq: Mutex<Int64?>
+
+    init(stateFile: String?, since: Int64?) throws {
+        file = stateFile.map { URL(fileURLWithPath: $0) }
+        var start = since
+        if since == nil, let file, FileManager.default.fileExists(atPath: file.path) {
+            let text = try String(contentsOf: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard let saved = Int64(text), saved >= 0 else {
+                throw ClientFailure("state file \(file.path) does not hold a seq (found \"\(text.prefix(40))\")")
+            }
+            start = saved
+        }
+        seq = Mutex(start)
+    }
+
+    var last: Int64? { seq.withLock { $0 } }
+
+    /// Records a printed seq, in the file too (written whole, then renamed over the old one).
+    func advance(to value: Int64) throws {
+        seq.withLock { $0 = value }
+        guard let file else { return }
+        try Data("\(value)\n".utf8).write(to: file, options: .atomic)
+    }
+}
+
+/// Prints server messages as lines, skipping anything at or before the last printed seq.
+final class EventPrinter: Sendable {
+    let format: SubscribeCommand.Format
+    let state: SeqState
+
+    init(format: SubscribeCommand.Format, state: SeqState) {
+        self.format = format
+        self.state = state
+    }
+
+    /// - Parameter raw: the message as the server sent it (printed as is in JSON format).
+    func handle(_ message: ServerMessage, raw: String) throws {
+        switch message {
+        case .event(let event):
+            if let last = state.last, event.seq <= last { return }
+            emit(format == .json ? raw : Self.text(event))
+            try state.advance(to: event.seq)
+        case .snapshot(let carts, let seq, let reason):
+            emit(format == .json ? raw : "snapshot at seq \(seq) (\(reason.rawValue)): \(carts.count) carts" + carts.map { "\n  \($0.id) v\($0.version): \($0.itemCount) items" }.joined())
+            try state.advance(to: seq)
+        case .error(let code, let message):
+            FileHandle.standardError.write(Data("fanout-client: server error \(code): \(message)\n".utf8))
+        case .welcome, .heartbeat:
+            break
+        }
+    }
+
+    private func emit(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+
+    static func text(_ event: CartEvent) -> String {
+        let what: String = switch event.change {
+        case .itemAdded(let item, let added): "added \(added) × \(item.sku) (now \(item.quantity))"
+        case .quantityChanged(let sku, let quantity): "set \(sku) to \(quantity)"
+        case .itemRemoved(let sku): "removed \(sku)"
+        case .cartCleared: "cleared"
+        }
+        return "#\(event.seq)  \(event.cartID) v\(event.version)  \(what)"
+    }
+}
