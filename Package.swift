@@ -75,6 +75,11 @@ let package = Package(
         // Helpers shared by the test targets.
         .target(name: "FanoutTestSupport", dependencies: ["CartStore"], path: "Tests/FanoutTestSupport"),
         .testTarget(name: "FanoutProtocolTests", dependencies: ["FanoutProtocol"]),
+        // Runs the real executables; depends on them so `swift test` builds them.
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["FanoutTestSupport", "FanoutServer", "fanout-client"]
+        ),
         .testTarget(
             name: "FanoutServerTests",
             dependencies: [

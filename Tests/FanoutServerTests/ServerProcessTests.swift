@@ -7,52 +7,6 @@ import FanoutTestSupport
 import Testing
 @testable import FanoutServer
 
-/// The real `fanout-server` executable, started as a process on port 0.
-final class ServerProcess {
-    static var executable: URL {
-        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appending(path: "fanout-server")
-    }
-
-    let process = Process()
-    let port: Int
-    private let stdout = Pipe()
-
-    init(arguments: [String]) throws {
-        process.executableURL = Self.executable
-        process.arguments = arguments
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        // The first line is always "listening on http://HOST:PORT".
-        var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
-            let chunk = stdout.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            line.append(chunk)
-        }
-        let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("listening on http://"), let port = text.split(separator: ":").last.flatMap({ Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) else {
-            process.terminate()
-            throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "unexpected first line: \(text)"])
-        }
-        self.port = port
-    }
-
-    func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
-
-    func waitForExit() -> Int32 {
-        process.waitUntilExit()
-        return process.terminationStatus
-    }
-
-    deinit {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-    }
-}
-
 @Suite("fanout-server process")
 struct ServerProcessTests {
     static func post(port: Int, cart: String, sku: String) async throws -> Int {
@@ -103,7 +57,7 @@ struct ServerProcessTests {
     @Test func badCommandLinesExitNonZeroWithAMessage() throws {
         for arguments in [["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"]] {
             let process = Process()
-            process.executableURL = ServerProcess.executable
+            process.executableURL = ServerProcess.executable("fanout-server")
             process.arguments = arguments
             let stderr = Pipe()
             process.standardError = stderr

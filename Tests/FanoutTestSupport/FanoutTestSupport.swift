@@ -1,4 +1,5 @@
 import CartStore
+import Foundation
 import Testing
 
 /// Waits until `condition` holds, polling, or records a failure after `timeout`: the tests'
@@ -29,3 +30,51 @@ public func writeConcurrently(to store: CartStore, writers: Int, perWriter: Int)
         try await group.waitForAll()
     }
 }
+
+/// The real `fanout-server` executable, started as a process on port 0.
+public final class ServerProcess {
+    /// A product executable, built next to the test bundle.
+    public static func executable(_ name: String) -> URL {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appending(path: name)
+    }
+
+    public let process = Process()
+    public let port: Int
+    private let stdout = Pipe()
+
+    public init(arguments: [String]) throws {
+        process.executableURL = Self.executable("fanout-server")
+        process.arguments = arguments
+        process.standardOutput = stdout
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // The first line is always "listening on http://HOST:PORT".
+        var line = Data()
+        while !line.contains(UInt8(ascii: "\n")) {
+            let chunk = stdout.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            line.append(chunk)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard text.hasPrefix("listening on http://"), let port = text.split(separator: ":").last.flatMap({ Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) else {
+            process.terminate()
+            throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "unexpected first line: \(text)"])
+        }
+        self.port = port
+    }
+
+    public func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+
+    public func waitForExit() -> Int32 {
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    deinit {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+}
+

@@ -1,0 +1,131 @@
+import FanoutTestSupport
+import Foundation
+import Testing
+
+/// The real `fanout-server` and `fanout-client` executables, as processes, on loopback.
+@Suite("End to end", .serialized)
+struct EndToEndTests {
+    static func temporaryDatabase() throws -> (path: String, cleanup: () -> Void) {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-e2e-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return (directory.appending(path: "db.sqlite").path, { try? FileManager.default.removeItem(at: directory) })
+    }
+
+    static let fastLeases = ["--heartbeat-interval", "0.2", "--lease-ttl", "1"]
+
+    @Test func manyClientsPrintTheSameSequenceAsTheLog() async throws {
+        let (database, cleanup) = try Self.temporaryDatabase()
+        defer { cleanup() }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let port = server.port
+        let clients = try (0..<5).map { _ in try SubscribeProcess(port: port) }
+        await eventually("every client's snapshot") { clients.allSatisfy { $0.output.first?.type == "snapshot" } }
+        let acknowledged = await Mutations.burst(port: { port }, writers: 4, each: 25, tag: "w")
+        #expect(acknowledged.count == 100)
+        let log = try await Mutations.log(port: port)
+        #expect(log == Array(1...100))
+        for client in clients {
+            await eventually("all 100 events") { client.eventSeqs.count >= 100 }
+            #expect(client.eventSeqs == log)
+        }
+        server.signal(SIGTERM)
+        #expect(server.waitForExit() == 0)
+    }
+
+    @Test func clientsResumeAcrossAServerKilledMidBurst() async throws {
+        let (database, cleanup) = try Self.temporaryDatabase()
+        defer { cleanup() }
+        let first = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let port = first.port
+        let clients = try (0..<5).map { _ in try SubscribeProcess(port: port) }
+        await eventually("every client's snapshot") { clients.allSatisfy { $0.output.first?.type == "snapshot" } }
+
+        let restarted = Mutex<ServerProcess?>(nil)
+        let burst = Task { await Mutations.burst(port: { port }, writers: 3, each: 100, tag: "k") }
+        // Kill the server once some of the burst has landed, then start it again on the same
+        // database and port while the writers keep trying.
+        await eventually("part of the burst") { (clients.first?.eventSeqs.count ?? 0) >= 30 }
+        first.signal(SIGKILL)
+        _ = first.waitForExit()
+        restarted.withLock { $0 = try? ServerProcess(arguments: ["--port", "\(port)", "--db", database] + Self.fastLeases) }
+        #expect(restarted.withLock { $0 } != nil, "the server must restart on the same port")
+        let acknowledged = await burst.value
+        #expect(acknowledged.count < 300, "the kill landed mid-burst: some writes were refused")
+        #expect(await Mutations.add(port: port, cart: "after", sku: "restart") != nil)
+
+        let log = try await Mutations.log(port: port)
+        #expect(log == Array(1...Int64(log.count)), "the log has no gap")
+        #expect(Set(acknowledged).isSubset(of: Set(log)), "every 2xx mutation is in the log")
+        for client in clients {
+            await eventually("the client to catch up") { client.eventSeqs.count >= log.count }
+            #expect(client.eventSeqs == log, "printed exactly once each, in order")
+        }
+        restarted.withLock { $0 }?.signal(SIGTERM)
+    }
+
+    @Test func aStoppedClientExpiresThenResumesWhereItLeftOff() async throws {
+        let (database, cleanup) = try Self.temporaryDatabase()
+        defer { cleanup() }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let port = server.port
+        let steady = try SubscribeProcess(port: port)
+        let sleeper = try SubscribeProcess(port: port)
+        await eventually("snapshots") { steady.output.first?.type == "snapshot" && sleeper.output.first?.type == "snapshot" }
+        _ = await Mutations.burst(port: { port }, writers: 1, each: 5, tag: "a")
+        await eventually("5 events each") { sleeper.eventSeqs.count == 5 && steady.eventSeqs.count == 5 }
+
+        sleeper.signal(SIGSTOP)
+        await eventually(timeout: .seconds(5), "the server to expire it") {
+            let stats = try? await Self.stats(port: port)
+            return (stats?["expiries"] as? Int ?? 0) >= 1
+        }
+        _ = await Mutations.burst(port: { port }, writers: 2, each: 10, tag: "b")
+        await eventually("the steady client keeps up") { steady.eventSeqs.count == 25 }
+        sleeper.signal(SIGCONT)
+        await eventually("the sleeper to resume") { sleeper.eventSeqs.count >= 25 }
+        #expect(sleeper.eventSeqs == steady.eventSeqs)
+        #expect(sleeper.eventSeqs == Array(1...25))
+        server.signal(SIGTERM)
+    }
+
+    @Test func sinceInTheMiddlePrintsExactlyTheTail() async throws {
+        let (database, cleanup) = try Self.temporaryDatabase()
+        defer { cleanup() }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let port = server.port
+        _ = await Mutations.burst(port: { port }, writers: 1, each: 20, tag: "t")
+        let tail = try SubscribeProcess(port: port, arguments: ["--since", "12"])
+        await eventually("the tail") { tail.eventSeqs.count >= 8 }
+        #expect(tail.output.allSatisfy { $0.type == "event" }, "no snapshot when resuming")
+        #expect(tail.eventSeqs == Array(13...20))
+        server.signal(SIGTERM)
+    }
+
+    @Test func aBadTokenIsReportedOnceWithANonZeroExit() async throws {
+        let (database, cleanup) = try Self.temporaryDatabase()
+        defer { cleanup() }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database, "--token", "right"])
+        let client = Process()
+        client.executableURL = ServerProcess.executable("fanout-client")
+        client.arguments = ["subscribe", "--url", "ws://127.0.0.1:\(server.port)/subscribe", "--token", "wrong"]
+        let stderr = Pipe()
+        client.standardError = stderr
+        client.standardOutput = FileHandle.nullDevice
+        try client.run()
+        client.waitUntilExit()
+        let message = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(client.terminationStatus != 0)
+        #expect(message.contains("bad_token"), "stderr: \(message)")
+        server.signal(SIGTERM)
+    }
+
+    static func stats(port: Int) async throws -> [String: Any] {
+        let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/stats")!)
+        return (try JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
+    }
+}
+
+import Synchronization
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
