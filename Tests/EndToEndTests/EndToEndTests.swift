@@ -101,6 +101,27 @@ struct EndToEndTests {
         server.signal(SIGTERM)
     }
 
+    @Test func aRestartedClientResumesFromItsStateFile() async throws {
+        let (database, cleanup) = try Self.temporaryDatabase()
+        defer { cleanup() }
+        let stateFile = database + ".seq"
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let port = server.port
+        let first = try SubscribeProcess(port: port, arguments: ["--state-file", stateFile])
+        await eventually("snapshot") { first.output.first?.type == "snapshot" }
+        _ = await Mutations.burst(port: { port }, writers: 1, each: 4, tag: "s")
+        await eventually("4 events") { first.eventSeqs.count == 4 }
+        first.signal(SIGTERM)
+        first.process.waitUntilExit()
+        #expect(first.process.terminationStatus == 0, "SIGTERM exits 0")
+        _ = await Mutations.burst(port: { port }, writers: 1, each: 3, tag: "t")
+        let second = try SubscribeProcess(port: port, arguments: ["--state-file", stateFile])
+        await eventually("the 3 new events") { second.eventSeqs.count >= 3 }
+        #expect(second.output.map(\.type) == ["event", "event", "event"], "no snapshot, nothing repeated")
+        #expect(second.eventSeqs == [5, 6, 7])
+        server.signal(SIGTERM)
+    }
+
     @Test func aBadTokenIsReportedOnceWithANonZeroExit() async throws {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
