@@ -78,9 +78,9 @@ struct FanoutServerCommand: AsyncParsableCommand {
         do {
             store = try CartStore(path: configuration.databasePath)
         } catch let error as CartStoreError {
-            throw CleanExit.message("fanout-server: cannot use \(configuration.databasePath): \(error.message)")
+            throw StartupFailure(description: "cannot use \(configuration.databasePath): \(error.message)")
         } catch {
-            throw ValidationError("cannot open database \(configuration.databasePath): \(error)")
+            throw StartupFailure(description: "cannot open database \(configuration.databasePath): \(error)")
         }
         let host = configuration.host
         let server = try await buildApplication(configuration: configuration, store: store, logger: logger) { port in
@@ -90,4 +90,9 @@ struct FanoutServerCommand: AsyncParsableCommand {
         try await server.run()
         try store.close()
     }
+}
+
+/// A reason the server cannot start; printed as "Error: …" with exit status 1.
+struct StartupFailure: Error, CustomStringConvertible {
+    let description: String
 }

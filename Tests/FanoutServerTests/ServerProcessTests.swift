@@ -55,7 +55,7 @@ struct ServerProcessTests {
     }
 
     @Test func badCommandLinesExitNonZeroWithAMessage() throws {
-        for arguments in [["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"]] {
+        for arguments in [["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"], ["--port", "0", "--db", "/nonexistent-directory/db.sqlite"]] {
             let process = Process()
             process.executableURL = ServerProcess.executable("fanout-server")
             process.arguments = arguments
