@@ -1,0 +1,149 @@
+import ArgumentParser
+import FanoutProtocol
+import Foundation
+import HummingbirdWSClient
+import Logging
+import Synchronization
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// `fanout-client bench`: fan-out measured from the outside, against fanout-server or nchan.
+///
+/// Opens N WebSocket subscribers, performs M writes from K writers, and prints one JSON line:
+/// deliveries per second, write→receipt latency (writer's send to each receipt, one clock, this
+/// process), lost and duplicated deliveries, and given the server's pids, its CPU seconds per
+/// delivery and RSS from /proc.
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Measure fan-out: deliveries/s, latency, losses, server CPU and memory.",
+        discussion: """
+            Examples:
+              fanout-client bench --url http://127.0.0.1:8080 --subscribers 100 --events 2000 --server-pid 4242
+              fanout-client bench --peer nchan --url http://127.0.0.1:9090 --subscribers 1000 --events 500
+              fanout-client bench --subscribers 9000 --events 0 --server-pid 4242   # idle memory
+            """)
+
+    enum Peer: String, ExpressibleByArgument, CaseIterable, Sendable {
+        /// fanout-server: subscribe at /subscribe, write cart mutations.
+        case fanout
+        /// nginx + nchan: subscribe at /sub/bench, publish to /pub/bench.
+        case nchan
+    }
+
+    @Option(help: "The server's base HTTP URL.")
+    var url: String = "http://127.0.0.1:8080"
+
+    @Option(help: "WebSocket subscribers to open.")
+    var subscribers: Int = 100
+
+    @Option(help: "Writes to perform (0: only connect and measure memory).")
+    var events: Int = 2_000
+
+    @Option(help: "Concurrent writers.")
+    var writers: Int = 4
+
+    @Option(name: .customLong("server-pid"), help: "A server process to measure (repeatable; summed).")
+    var serverPIDs: [Int32] = []
+
+    @Option(help: "fanout or nchan.")
+    var peer: Peer = .fanout
+
+    @Option(help: "Seconds to wait for the last deliveries after the last write.")
+    var drainTimeout: Double = 60
+
+    @Option(help: "Bearer token for fanout-server (or set FANOUT_TOKEN).")
+    var token: String?
+
+    func validate() throws {
+        guard let components = URLComponents(string: url), ["http", "https"].contains(components.scheme ?? "") else {
+            throw ValidationError("--url must be the server's http:// URL (got \(url))")
+        }
+        guard subscribers >= 0, events >= 0, writers >= 1 else {
+            throw ValidationError("--subscribers and --events must be ≥ 0, --writers ≥ 1")
+        }
+    }
+
+    func run() async throws {
+        let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        let target = BenchTarget(peer: peer, baseURL: url, token: token)
+        let server = ProcessMeter(pids: serverPIDs)
+        let rssBefore = server.rssKiB()
+
+        let fleet = SubscriberFleet(target: target)
+        try await fleet.connect(count: subscribers)
+
+        guard events > 0 else {
+            try await Task.sleep(for: .seconds(1))  // let the server settle its buffers
+            let report = BenchReport(
+                peer: peer.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: 0, writers: writers,
+                rssBefore: rssBefore, rss: server.rssKiB())
+            print(report.json())
+            Foundation.exit(0)
+        }
+
+        let cpuBefore = server.cpuSeconds()
+        let clock = ContinuousClock()
+        let start = clock.now
+        let writes = try await Writers(target: target, count: writers).perform(events, clock: clock)
+        let writesDone = clock.now
+        let acknowledged = Set(writes.map(\.seq))
+        await fleet.waitForDeliveries(of: acknowledged, timeout: .seconds(drainTimeout))
+        let cpuAfter = server.cpuSeconds()
+
+        var report = BenchReport(
+            peer: peer.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: events, writers: writers,
+            rssBefore: rssBefore, rss: server.rssKiB())
+        report.record(writes: writes, receipts: fleet.receipts(), start: start, writesDone: writesDone, clock: clock)
+        if let cpuBefore, let cpuAfter {
+            report.serverCpuSeconds = cpuAfter - cpuBefore
+        }
+        print(report.json())
+        // Thousands of open sockets close faster with the process than one by one.
+        Foundation.exit(0)
+    }
+}
+
+/// Where to subscribe and how to write, per peer.
+struct BenchTarget: Sendable {
+    let peer: BenchCommand.Peer
+    let baseURL: String
+    let token: String?
+
+    var subscribeURL: String {
+        let ws = baseURL.replacingOccurrences(of: "http://", with: "ws://").replacingOccurrences(of: "https://", with: "wss://")
+        return ws + (peer == .fanout ? "/subscribe" : "/sub/bench")
+    }
+
+    /// Seqs in a received text: fanout events carry `"seq":N` with `"type":"event"`; what we
+    /// publish to nchan is `{"seq":N}`. Scanned, not decoded: the client shares two cores
+    /// with the server and must not be the bottleneck.
+    static func seq(in text: Substring.UTF8View) -> Int64? {
+        let key = Array(#""seq":"#.utf8)
+        var index = text.startIndex
+        outer: while index < text.endIndex {
+            var probe = index
+            for byte in key {
+                guard probe < text.endIndex, text[probe] == byte else {
+                    index = text.index(after: index)
+                    continue outer
+                }
+                probe = text.index(after: probe)
+            }
+            var value: Int64 = 0
+            var digits = 0
+            while probe < text.endIndex, let digit = Optional(text[probe]), (48...57).contains(digit) {
+                value = value * 10 + Int64(digit - 48)
+                digits += 1
+                probe = text.index(after: probe)
+            }
+            return digits > 0 ? value : nil
+        }
+        return nil
+    }
+
+    func isDelivery(_ text: String) -> Bool {
+        peer == .nchan || text.contains(#""type":"event""#)
+    }
+}

@@ -1,0 +1,300 @@
+import FanoutProtocol
+import Foundation
+import HummingbirdWSClient
+import Logging
+import Synchronization
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// One receipt: which seq, when (nanoseconds on the bench's clock).
+struct Receipt: Sendable {
+    var seq: Int64
+    var at: ContinuousClock.Instant
+}
+
+/// The bench's subscribers: connected a window at a time, each recording its receipts.
+final class SubscriberFleet: Sendable {
+    private final class Member: Sendable {
+        let receipts = Mutex<[Receipt]>([])
+        let ready = Atomic<Bool>(false)
+    }
+
+    let target: BenchTarget
+    private let members = Mutex<[Member]>([])
+    private let readyCount = Atomic<Int>(0)
+    private let failed = Atomic<Int>(0)
+
+    init(target: BenchTarget) {
+        self.target = target
+    }
+
+    var connectedCount: Int { readyCount.load(ordering: .relaxed) }
+
+    /// Opens `count` subscribers, at most 200 handshakes in flight, and waits until all are
+    /// subscribed (or have failed).
+    func connect(count: Int) async throws {
+        for index in 0..<count {
+            let member = Member()
+            members.withLock { $0.append(member) }
+            Task { await self.run(member) }
+            if index % 100 == 99 {
+                while readyCount.load(ordering: .relaxed) + failed.load(ordering: .relaxed) < index - 200 {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+            }
+        }
+        let deadline = ContinuousClock.now + .seconds(60)
+        while readyCount.load(ordering: .relaxed) + failed.load(ordering: .relaxed) < count, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        if failed.load(ordering: .relaxed) > 0 {
+            FileHandle.standardError.write(Data("bench: \(failed.load(ordering: .relaxed)) subscribers failed to connect\n".utf8))
+        }
+    }
+
+    private func run(_ member: Member) async {
+        var logger = Logger(label: "bench")
+        logger.logLevel = .critical
+        let target = target
+        do {
+            try await WebSocketClient.connect(url: target.subscribeURL, configuration: Self.configuration(target), logger: logger) { inbound, outbound, _ in
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    if target.peer == .nchan {
+                        member.ready.store(true, ordering: .relaxed)
+                        self.readyCount.add(1, ordering: .relaxed)
+                    }
+                    for try await message in inbound.messages(maxSize: 1 << 20) {
+                        let now = ContinuousClock.now
+                        guard case .text(let text) = message else { continue }
+                        if target.isDelivery(text), let seq = BenchTarget.seq(in: text[...].utf8) {
+                            member.receipts.withLock { $0.append(Receipt(seq: seq, at: now)) }
+                        } else if target.peer == .fanout, text.contains(#""type":"welcome""#),
+                                  let welcome = try? FanoutJSON.decoder().decode(ServerMessage.self, from: Data(text.utf8)),
+                                  case .welcome(let info) = welcome {
+                            let subscribe = ClientMessage.subscribe(carts: nil, since: info.latestSeq)
+                            try await outbound.write(.text(String(decoding: try FanoutJSON.encoder().encode(subscribe), as: UTF8.self)))
+                            let interval = Duration.milliseconds(Int(max(0.05, info.heartbeatInterval) * 1_000))
+                            group.addTask {
+                                while true {
+                                    try await Task.sleep(for: interval)
+                                    try await outbound.write(.text(#"{"type":"heartbeat"}"#))
+                                }
+                            }
+                            member.ready.store(true, ordering: .relaxed)
+                            self.readyCount.add(1, ordering: .relaxed)
+                        }
+                    }
+                    group.cancelAll()
+                }
+            }
+        } catch {
+            if !member.ready.load(ordering: .relaxed) { failed.add(1, ordering: .relaxed) }
+        }
+    }
+
+    private static func configuration(_ target: BenchTarget) -> WebSocketClientConfiguration {
+        var configuration = WebSocketClientConfiguration()
+        configuration.autoPing = .disabled
+        if let token = target.token { configuration.additionalHeaders[.authorization] = "Bearer \(token)" }
+        return configuration
+    }
+
+    /// Waits until every subscriber has received every seq in `expected`, or `timeout` passes.
+    func waitForDeliveries(of expected: Set<Int64>, timeout: Duration) async {
+        let deadline = ContinuousClock.now + timeout
+        let all = members.withLock { $0 }
+        while ContinuousClock.now < deadline {
+            let behind = all.contains { member in
+                member.ready.load(ordering: .relaxed) && member.receipts.withLock { $0.count } < expected.count
+            }
+            if !behind { return }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// Receipts of each subscriber that was connected.
+    func receipts() -> [[Receipt]] {
+        members.withLock { $0 }.filter { $0.ready.load(ordering: .relaxed) }.map { $0.receipts.withLock { $0 } }
+    }
+}
+
+/// One acknowledged write: its seq and when its request was sent.
+struct Write: Sendable {
+    var seq: Int64
+    var sentAt: ContinuousClock.Instant
+}
+
+/// K writers sharing M writes over HTTP.
+struct Writers: Sendable {
+    let target: BenchTarget
+    let count: Int
+
+    func perform(_ total: Int, clock: ContinuousClock) async throws -> [Write] {
+        let nextSeq = Counter()
+        return await withTaskGroup(of: [Write].self) { group in
+            for writer in 0..<count {
+                let share = total / count + (writer < total % count ? 1 : 0)
+                group.addTask {
+                    var done: [Write] = []
+                    for index in 0..<share {
+                        if let write = await self.write(writer: writer, index: index, nextSeq: nextSeq, clock: clock) {
+                            done.append(write)
+                        }
+                    }
+                    return done
+                }
+            }
+            var all: [Write] = []
+            for await part in group { all += part }
+            return all
+        }
+    }
+
+    private func write(writer: Int, index: Int, nextSeq: Counter, clock: ContinuousClock) async -> Write? {
+        var request: URLRequest
+        var publishedSeq: Int64?
+        switch target.peer {
+        case .fanout:
+            // Carts of 10 lines, like real ones: the response carries the whole cart.
+            request = URLRequest(url: URL(string: "\(target.baseURL)/carts/bench-\(writer)-\(index / 10)/items")!)
+            request.httpBody = Data(#"{"sku":"s\#(index % 10)","quantity":1,"unitPriceCents":100}"#.utf8)
+            if let token = target.token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        case .nchan:
+            let seq = nextSeq.next()
+            publishedSeq = seq
+            request = URLRequest(url: URL(string: "\(target.baseURL)/pub/bench")!)
+            request.httpBody = Data(#"{"seq":\#(seq)}"#.utf8)
+        }
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        let sentAt = clock.now
+        guard let (data, response) = try? await URLSession.shared.data(for: request),
+              let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status) else { return nil }
+        if let publishedSeq { return Write(seq: publishedSeq, sentAt: sentAt) }
+        guard let seq = BenchTarget.seq(in: String(decoding: data, as: UTF8.self)[...].utf8) else { return nil }
+        return Write(seq: seq, sentAt: sentAt)
+    }
+}
+
+final class Counter: Sendable {
+    private let value = Atomic<Int64>(0)
+    func next() -> Int64 { value.add(1, ordering: .relaxed).newValue }
+}
+
+/// CPU time and resident memory of server processes, from /proc.
+struct ProcessMeter: Sendable {
+    let pids: [Int32]
+
+    /// utime + stime of all pids, in seconds; nil without pids or when /proc is unreadable.
+    func cpuSeconds() -> Double? {
+        guard !pids.isEmpty else { return nil }
+        let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
+        var total = 0.0
+        for pid in pids {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return nil }
+            // Fields after "(comm)": state is field 3; utime and stime are fields 14 and 15.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+            total += (user + system) / ticksPerSecond
+        }
+        return total
+    }
+
+    /// VmRSS of all pids, in KiB.
+    func rssKiB() -> Int? {
+        guard !pids.isEmpty else { return nil }
+        var total = 0
+        for pid in pids {
+            guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+                  let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+                  let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") else { return nil }
+            total += kib
+        }
+        return total
+    }
+}
+
+/// The one JSON line a bench run prints.
+struct BenchReport: Encodable {
+    struct Latency: Encodable {
+        var p50: Double
+        var p99: Double
+        var max: Double
+    }
+
+    var peer: String
+    var subscribers: Int
+    var connected: Int
+    var events: Int
+    var writers: Int
+    var acknowledged = 0
+    var deliveries = 0
+    var seconds: Double?
+    var deliveriesPerSecond: Double?
+    var mutationsPerSecond: Double?
+    var latencyMs: Latency?
+    var lost = 0
+    var duplicated = 0
+    var serverCpuSeconds: Double? {
+        didSet { serverCpuMicrosPerDelivery = serverCpuSeconds.map { deliveries > 0 ? $0 * 1e6 / Double(deliveries) : 0 } }
+    }
+    var serverCpuMicrosPerDelivery: Double?
+    var serverRssKiB: Int?
+    var serverRssBeforeKiB: Int?
+
+    init(peer: String, subscribers: Int, connected: Int, events: Int, writers: Int, rssBefore: Int?, rss: Int?) {
+        self.peer = peer
+        self.subscribers = subscribers
+        self.connected = connected
+        self.events = events
+        self.writers = writers
+        self.serverRssBeforeKiB = rssBefore
+        self.serverRssKiB = rss
+    }
+
+    mutating func record(writes: [Write], receipts: [[Receipt]], start: ContinuousClock.Instant, writesDone: ContinuousClock.Instant, clock: ContinuousClock) {
+        acknowledged = writes.count
+        var sentAt: [Int64: ContinuousClock.Instant] = [:]
+        for write in writes { sentAt[write.seq] = write.sentAt }
+        var latencies: [Double] = []
+        latencies.reserveCapacity(receipts.reduce(0) { $0 + $1.count })
+        var last = writesDone
+        for subscriber in receipts {
+            var seen = Set<Int64>()
+            for receipt in subscriber {
+                deliveries += 1
+                if !seen.insert(receipt.seq).inserted { duplicated += 1 }
+                if let sent = sentAt[receipt.seq] {
+                    latencies.append(Self.milliseconds(receipt.at - sent))
+                }
+                last = max(last, receipt.at)
+            }
+            lost += sentAt.keys.filter { !seen.contains($0) }.count
+        }
+        let elapsed = Self.milliseconds(last - start) / 1_000
+        seconds = elapsed
+        deliveriesPerSecond = elapsed > 0 ? Double(deliveries) / elapsed : nil
+        let writing = Self.milliseconds(writesDone - start) / 1_000
+        mutationsPerSecond = writing > 0 ? Double(acknowledged) / writing : nil
+        latencies.sort()
+        if !latencies.isEmpty {
+            latencyMs = Latency(
+                p50: latencies[latencies.count / 2],
+                p99: latencies[min(latencies.count - 1, latencies.count * 99 / 100)],
+                max: latencies[latencies.count - 1])
+        }
+    }
+
+    static func milliseconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) * 1_000 + Double(attoseconds) / 1e15
+    }
+
+    func json() -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return (try? encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+    }
+}
