@@ -64,7 +64,7 @@ let package = Package(
                 "CartStore",
                 .product(name: "OpenCombine", package: "OpenCombine"),
             ],
-            path: "Benchmarks/CartStoreBench"
+            path: "benchmarks/CartStoreBench"
         ),
         // Test helper: a child process that writes until it is killed (crash-survival tests).
         .executableTarget(

@@ -1,0 +1,368 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of fanout-server against nchan (the nginx pub/sub module), on
+# 127.0.0.1 only. Usage: bash benchmarks/compare.sh   (see benchmarks/README.md)
+#
+# Environment: SCRATCH (build folder, default .build-release), RUN_TIMEOUT (seconds one
+# measurement may take, default 300), BUILD_TIMEOUT (default 3600).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
+SCRATCH=${SCRATCH:-.build-release}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+BUILD_TIMEOUT=${BUILD_TIMEOUT:-3600}
+NCHAN_MODULE=/usr/lib/nginx/modules/ngx_nchan_module.so
+# 9 000 idle WebSockets need that many descriptors in the client and in each server, plus
+# slack; 20 000 is also the hard limit of the CI machine kind.
+FD_LIMIT=20000
+
+started=()     # pids this script started and has not yet stopped, oldest first
+workers=()     # nginx workers: their master stops them, they are only killed if it could not
+TMP=$(mktemp -d -t fanout-compare.XXXXXX)
+# nginx workers run as an unprivileged user when the master is root; they must be able to
+# reach their temp paths inside this folder.
+chmod 755 "$TMP"
+
+log() { printf '%s\n' "$*" >&2; }
+die() { log "compare.sh: $*"; exit 1; }
+
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# forget ARRAY PID: drops PID from the named list.
+forget() {
+    local -n list=$1
+    local kept=() p
+    for p in "${list[@]}"; do [ "$p" = "$2" ] || kept+=("$p"); done
+    list=("${kept[@]}")
+}
+
+# Stops one started process: TERM, then KILL if it has not gone within 10 s (a server closing
+# thousands of WebSockets takes a moment; a hung one must not hang the benchmark).
+stop() {
+    local pid=$1 i
+    if alive "$pid"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for i in $(seq 100); do alive "$pid" || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+    forget started "$pid"
+}
+
+# Kills what stop() left of an nginx: a worker outlives a master that was killed.
+reap_worker() {
+    alive "$1" && kill -KILL "$1" 2>/dev/null || true
+    forget workers "$1"
+}
+
+cleanup() {
+    local status=$? pid i
+    # Newest first: a client goes before the server it talks to. Workers are left to their
+    # master, which restarts a worker that is stopped behind its back.
+    for ((i = ${#started[@]} - 1; i >= 0; i--)); do
+        kill -TERM "${started[i]}" 2>/dev/null || true
+    done
+    for i in $(seq 100); do
+        for pid in "${started[@]}"; do alive "$pid" && break; pid=""; done
+        [ -n "${pid:-}" ] || break
+        sleep 0.1
+    done
+    for pid in "${started[@]}" "${workers[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$TMP"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------------------------------
+# Tools and limits.
+
+# nginx lives in /usr/sbin, which is not on every user's PATH.
+NGINX=$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)
+need=()
+[ -x "$NGINX" ] || need+=(nginx-light)
+[ -f "$NCHAN_MODULE" ] || need+=(libnginx-mod-nchan)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # The nginx package starts a system nginx on port 80 when it can; this benchmark starts
+    # its own, so forbid service starts during the install (unless a policy already exists).
+    policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        policy=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+    fi
+    apt-get update
+    apt-get install -y --no-install-recommends "${need[@]}" || { [ -z "$policy" ] || rm -f "$policy"; exit 1; }
+    [ -z "$policy" ] || rm -f "$policy"
+fi
+[ -x "$NGINX" ] || NGINX=$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)
+[ -x "$NGINX" ] || die "nginx is missing after install"
+[ -f "$NCHAN_MODULE" ] || die "$NCHAN_MODULE is missing after install"
+
+ulimit -n "$FD_LIMIT" 2>/dev/null || ulimit -Sn "$FD_LIMIT" \
+    || die "cannot raise the open-file limit to $FD_LIMIT (hard limit $(ulimit -Hn))"
+
+# ---------------------------------------------------------------------------------------
+# Release binaries, in their own scratch folder so they never disturb a debug build.
+
+for product in fanout-server fanout-client; do
+    log "building $product (release, $SCRATCH)"
+    timeout "$BUILD_TIMEOUT" swift build -c release --scratch-path "$SCRATCH" --product "$product" >&2
+done
+BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
+SERVER=$BIN/fanout-server
+CLIENT=$BIN/fanout-client
+"$CLIENT" bench --help >/dev/null 2>&1 || die "$CLIENT has no bench subcommand"
+
+# ---------------------------------------------------------------------------------------
+# Servers. Each measurement gets a server process of its own, started just before and
+# stopped just after: the other peer is not running (so it takes no CPU from the two
+# cores), the RSS baseline is a fresh process's, and nothing (allocator high-water marks,
+# a longer event log, half-closed sockets) carries over from one size to the next.
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# The pid whose parent is $1 (nginx's only worker), read from /proc so procps is not needed;
+# processes may exit while the list is read, so unreadable entries are skipped.
+child_of() {
+    local stat line fields
+    for stat in /proc/[0-9]*/stat; do
+        { read -r line <"$stat"; } 2>/dev/null || continue
+        read -ra fields <<<"${line##*) }"     # after the command name: state, ppid, …
+        if [ "${fields[1]}" = "$1" ]; then
+            line=${stat#/proc/}
+            echo "${line%/stat}"
+            return
+        fi
+    done
+}
+
+# Sets SERVER_PID (measured), STOP_PID (to stop) and URL.
+start_fanout() {
+    local dir=$TMP/$1 line="" i
+    mkdir -p "$dir"
+    "$SERVER" --port 0 --db "$dir/fanout.sqlite" --outbox-limit 4096 --max-subscribers 20000 \
+        --log-level warning >"$dir/stdout" 2>"$dir/stderr" &
+    SERVER_PID=$!
+    STOP_PID=$SERVER_PID
+    started+=("$SERVER_PID")
+    for i in $(seq 200); do
+        line=$(head -n 1 "$dir/stdout" 2>/dev/null || true)
+        [[ $line == "listening on "* ]] && break
+        alive "$SERVER_PID" || { cat "$dir/stderr" >&2; die "fanout-server exited at startup"; }
+        sleep 0.05
+    done
+    [[ $line == "listening on "* ]] || die "fanout-server printed no address within 10 s"
+    URL=${line#listening on }
+}
+
+start_nchan() {
+    local dir=$TMP/$1 port code="" i
+    mkdir -p "$dir"/{client_body,proxy,fastcgi,uwsgi,scgi}
+    port=$(free_port)
+    cat >"$dir/nginx.conf" <<EOF
+load_module $NCHAN_MODULE;
+# One worker, like the one process fanout-server is, and the worker is what is measured.
+worker_processes 1;
+worker_rlimit_nofile $FD_LIMIT;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections $FD_LIMIT; }
+http {
+    access_log off;
+    client_body_temp_path $dir/client_body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    server {
+        # The default backlog (511) overflows when thousands of subscribers connect at once.
+        listen 127.0.0.1:$port backlog=4096;
+        location ~ ^/pub/(\\w+)\$ {
+            nchan_publisher;
+            nchan_channel_id \$1;
+            # Keep a short tail for resuming subscribers, not every message of the run.
+            nchan_message_buffer_length 100;
+            nchan_message_timeout 60s;
+        }
+        location ~ ^/sub/(\\w+)\$ {
+            nchan_subscriber websocket;
+            nchan_channel_id \$1;
+            # Live messages only, like a fanout subscriber without since: nothing published
+            # before it connected (such as the probe below) reaches it.
+            nchan_subscriber_first_message newest;
+        }
+    }
+}
+EOF
+    "$NGINX" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" -g 'daemon off;' >"$dir/stdout" 2>&1 &
+    STOP_PID=$!
+    started+=("$STOP_PID")
+    URL=http://127.0.0.1:$port
+    # The probe proves publishing works: 202 (stored, no subscriber) or 201 (delivered).
+    for i in $(seq 100); do
+        code=$(curl -s --max-time 5 -o /dev/null -w '%{http_code}' -X POST "$URL/pub/bench" -d '{"seq":1}' || true)
+        [[ $code == 201 || $code == 202 ]] && break
+        alive "$STOP_PID" || { cat "$dir/stdout" "$dir/error.log" >&2 2>/dev/null; die "nginx exited at startup"; }
+        sleep 0.1
+    done
+    [[ $code == 201 || $code == 202 ]] || { cat "$dir/error.log" >&2; die "publishing to nchan answered $code"; }
+    SERVER_PID=$(child_of "$STOP_PID")
+    [ -n "$SERVER_PID" ] || die "no nginx worker under master $STOP_PID"
+    workers+=("$SERVER_PID")
+}
+
+# ---------------------------------------------------------------------------------------
+# Measurements. Each writes the client's one JSON line to $RESULTS/<run>.<peer>.json.
+
+RESULTS=$TMP/results
+mkdir -p "$RESULTS"
+failures=0
+
+# measure RUN PEER SUBSCRIBERS EVENTS [WRITERS]
+measure() {
+    local run=$1 peer=$2 subscribers=$3 events=$4 writers=${5:-} client rc out
+    local args=(bench --subscribers "$subscribers" --events "$events" --peer "$peer")
+    [ -z "$writers" ] || args+=(--writers "$writers")
+    "start_$peer" "$run.$peer"
+    args+=(--url "$URL" --server-pid "$SERVER_PID")
+    out=$RESULTS/$run.$peer.json
+    log "$run: $peer, $subscribers subscribers, $events events${writers:+, $writers writers}"
+    timeout -k 10 "$RUN_TIMEOUT" "$CLIENT" "${args[@]}" >"$out.tmp" 2>"$TMP/$run.$peer/client.err" &
+    client=$!
+    started+=("$client")
+    if wait "$client"; then rc=0; else rc=$?; fi
+    forget started "$client"
+    stop "$STOP_PID"
+    [ "$SERVER_PID" = "$STOP_PID" ] || reap_worker "$SERVER_PID"
+    # Warnings from the server (slow-consumer drops, nchan shared-memory trouble) explain
+    # odd numbers, and the temp dir holding them is deleted at exit.
+    local logfile=$TMP/$run.$peer/stderr
+    [ "$peer" = nchan ] && logfile=$TMP/$run.$peer/error.log
+    if [ -s "$logfile" ]; then
+        log "  the server logged $(wc -l <"$logfile") line(s); the last ones:"
+        tail -n 3 "$logfile" | cut -c 1-300 >&2
+    fi
+    if [ "$rc" -eq 0 ] && python3 -c 'import json, sys; json.loads(open(sys.argv[1]).read())' "$out.tmp" 2>/dev/null; then
+        mv "$out.tmp" "$out"
+    else
+        failures=$((failures + 1))
+        [ "$rc" -eq 124 ] && log "  timed out after ${RUN_TIMEOUT} s" || log "  failed (exit $rc)"
+        tail -n 20 "$TMP/$run.$peer/client.err" >&2 || true
+        rm -f "$out.tmp"
+    fi
+}
+
+started_at=$(date +%s)
+load_before=$(cut -d ' ' -f 1-3 /proc/loadavg)
+for peer in fanout nchan; do measure small "$peer" 100 2000 4; done
+for peer in fanout nchan; do measure large "$peer" 1000 500 4; done
+for peer in fanout nchan; do measure idle "$peer" 9000 0; done
+# What subscribers cost writers: the same writes with nobody listening and with 1 000.
+measure writes0 fanout 0 2000 4
+measure writes1000 fanout 1000 2000 4
+elapsed=$(($(date +%s) - started_at))
+
+# ---------------------------------------------------------------------------------------
+# The table, on stdout and in benchmarks/results/latest.txt, followed by the raw JSON lines
+# (the temp dir that held them is deleted at exit).
+
+mkdir -p benchmarks/results
+{
+    echo "fanout-server vs nchan, $(date -u '+%Y-%m-%d %H:%M UTC'), measurements took ${elapsed} s"
+    echo "machine: $(nproc) cores, $(grep -m 1 'model name' /proc/cpuinfo | sed 's/.*: //'), Linux $(uname -r)," \
+        "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), load average $load_before before, $(cut -d ' ' -f 1-3 /proc/loadavg) after"
+    echo "versions: $("$NGINX" -v 2>&1 | sed 's/.*: //'), nchan $(dpkg-query -W -f '${Version}' libnginx-mod-nchan 2>/dev/null || echo '?')," \
+        "fanout $(git rev-parse --short HEAD 2>/dev/null || echo '?')$([ -z "$(git status --porcelain -- Sources Package.swift 2>/dev/null)" ] || echo ' with uncommitted changes')"
+    echo
+    python3 - "$RESULTS" <<'PY'
+import json, os, sys
+
+results = {}
+for name in os.listdir(sys.argv[1]):
+    if name.endswith(".json"):
+        run, peer, _ = name.split(".")
+        with open(os.path.join(sys.argv[1], name)) as f:
+            results[(run, peer)] = json.loads(f.read())
+
+def get(run, peer, *path):
+    value = results.get((run, peer))
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+def rss_per_subscriber(run, peer):
+    r = results.get((run, peer))
+    if not r or r.get("serverRssKiB") is None or r.get("serverRssBeforeKiB") is None or not r.get("connected"):
+        return None
+    return (r["serverRssKiB"] - r["serverRssBeforeKiB"]) / r["connected"]
+
+def fmt(value, decimals):
+    if value is None:
+        return "-"
+    return f"{value:,.{decimals}f}".replace(",", " ")
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:.2f}×"
+
+width = 34
+def header(title):
+    print(f"{title:<{width}}{'fanout':>14}{'nchan':>14}{'fanout/nchan':>14}")
+
+def row(label, a, b, decimals):
+    print(f"  {label:<{width - 2}}{fmt(a, decimals):>14}{fmt(b, decimals):>14}{ratio(a, b):>14}")
+
+def loaded(run, title):
+    header(title)
+    for label, path, decimals in [
+        ("subscribers connected", ("connected",), 0),
+        ("writes acknowledged", ("acknowledged",), 0),
+        ("deliveries/s", ("deliveriesPerSecond",), 0),
+        ("latency p50 (ms)", ("latencyMs", "p50"), 2),
+        ("latency p99 (ms)", ("latencyMs", "p99"), 2),
+        ("latency max (ms)", ("latencyMs", "max"), 2),
+        ("lost", ("lost",), 0),
+        ("duplicated", ("duplicated",), 0),
+        ("server CPU per delivery (µs)", ("serverCpuMicrosPerDelivery",), 2),
+    ]:
+        row(label, get(run, "fanout", *path), get(run, "nchan", *path), decimals)
+    print()
+
+loaded("small", "100 subscribers × 2 000 events")
+loaded("large", "1 000 subscribers × 500 events")
+
+header("9 000 idle subscribers")
+row("subscribers connected", get("idle", "fanout", "connected"), get("idle", "nchan", "connected"), 0)
+row("RSS per idle subscriber (KiB)", rss_per_subscriber("idle", "fanout"), rss_per_subscriber("idle", "nchan"), 1)
+print()
+
+none, many = get("writes0", "fanout", "mutationsPerSecond"), get("writes1000", "fanout", "mutationsPerSecond")
+print(f"{'fanout writes, 2 000 mutations':<{width}}{'mutations/s':>14}")
+print(f"  {'no subscribers':<{width - 2}}{fmt(none, 0):>14}")
+print(f"  {'1 000 subscribers':<{width - 2}}{fmt(many, 0):>14}")
+print(f"  {'ratio 1 000 / none':<{width - 2}}{ratio(many, none):>14}")
+
+missing = [f"{run}.{peer}" for run in ("small", "large", "idle") for peer in ("fanout", "nchan")
+           if (run, peer) not in results]
+missing += [f"{run}.fanout" for run in ("writes0", "writes1000") if (run, "fanout") not in results]
+if missing:
+    print(f"\nfailed runs (shown as -): {', '.join(missing)}")
+
+print("\nraw results, one JSON line per run:")
+for (run, peer), result in sorted(results.items()):
+    print(json.dumps({"run": run, **result}, separators=(",", ":")))
+PY
+} | tee "$RESULTS/latest.txt"
+cp "$RESULTS/latest.txt" benchmarks/results/latest.txt
+log "summary written to benchmarks/results/latest.txt"
+
+[ "$failures" -eq 0 ] || die "$failures run(s) failed"
