@@ -43,7 +43,7 @@ func buildApplication(
     CartController(store: store, hub: hub).addRoutes(to: router.group("carts"))
     EventsController(store: store, hub: hub).addRoutes(to: router)
 
-    let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
+    let webSocketRouter = Router(context: SubscriberRequestContext.self)
     webSocketRouter.middlewares.add(ErrorMiddleware())
     SubscribeController(store: store, hub: hub, configuration: configuration, access: access)
         .addRoutes(to: webSocketRouter)

@@ -2,6 +2,7 @@ import CartStore
 import Foundation
 import Logging
 import NIOCore
+import NIOWebSocket
 import Synchronization
 
 /// The server's observer of the store: fans each committed event out to the subscribers.
@@ -66,20 +67,52 @@ final class FanoutHub: CartStoreObserver {
     // MARK: Observer
 
     func cartStore(_ store: CartStore, didCommit event: CartEvent) {
-        let frame = OutboxItem.frame(OutboundFrame(seq: event.seq, text: ServerEncoding.encode(.event(event))))
+        let frame = OutboundFrame(seq: event.seq, text: ServerEncoding.encode(.event(event)))
         let entries = state.withLock { $0.fanout }
-        var delivered = 0
-        for entry in entries where entry.wants(event.cartID) {
-            if entry.subscriber.outbox.enqueue(frame) {
-                delivered += 1
-            } else if entry.subscriber.outbox.closedReason == .tooSlow {
-                drop(entry.subscriber, because: .tooSlow)
-            }
-        }
+        let delivered = deliver(frame, to: entries.lazy.filter { $0.wants(event.cartID) })
         latest.store(event.seq, ordering: .releasing)
         fannedOut.add(1, ordering: .relaxed)
         deliveries.add(delivered, ordering: .relaxed)
         deliveredCounts.withLock { $0.record(seq: event.seq, count: delivered) }
+    }
+
+    /// Hands a frame to each subscriber: queued for those still catching up, written straight
+    /// to the connection for live ones, one event-loop task per loop (not per subscriber).
+    /// Returns how many took it.
+    private func deliver(_ frame: OutboundFrame, to entries: some Sequence<Entry>) -> Int {
+        var delivered = 0
+        var batches: [ObjectIdentifier: (loop: any EventLoop, subscribers: [Subscriber])] = [:]
+        for entry in entries {
+            let subscriber = entry.subscriber
+            switch subscriber.outbox.admit(frame) {
+            case .queued:
+                delivered += 1
+            case .live:
+                guard let channel = subscriber.channel else { continue }
+                batches[ObjectIdentifier(channel.eventLoop), default: (channel.eventLoop, [])].subscribers.append(subscriber)
+                delivered += 1
+            case .refused:
+                if subscriber.outbox.closedReason == .tooSlow { drop(subscriber, because: .tooSlow) }
+            }
+        }
+        let wireFrame = WebSocketFrame(fin: true, opcode: .text, data: frame.text)
+        for batch in batches.values {
+            batch.loop.execute { [self] in
+                for subscriber in batch.subscribers { write(wireFrame, to: subscriber) }
+            }
+        }
+        return delivered
+    }
+
+    /// On the connection's event loop. A connection whose unsent bytes pass its high-water
+    /// mark reads too slowly: it is dropped like an overflowing outbox.
+    private func write(_ frame: WebSocketFrame, to subscriber: Subscriber) {
+        guard let channel = subscriber.channel, subscriber.outbox.closedReason == nil else { return }
+        guard channel.isWritable else {
+            drop(subscriber, because: .tooSlow)
+            return
+        }
+        channel.writeAndFlush(frame, promise: nil)
     }
 
     // MARK: Connections and subscriptions
@@ -151,12 +184,10 @@ final class FanoutHub: CartStoreObserver {
         return expired.count
     }
 
-    /// Queues a server heartbeat (encoded once) to every subscriber.
+    /// Sends a server heartbeat (encoded once) to every subscriber.
     func heartbeat() {
-        let frame = OutboxItem.frame(OutboundFrame(seq: nil, text: ServerEncoding.encode(.heartbeat(latestSeq: latestSeq))))
-        for entry in state.withLock({ $0.fanout }) where !entry.subscriber.outbox.enqueue(frame) {
-            if entry.subscriber.outbox.closedReason == .tooSlow { drop(entry.subscriber, because: .tooSlow) }
-        }
+        let frame = OutboundFrame(seq: nil, text: ServerEncoding.encode(.heartbeat(latestSeq: latestSeq)))
+        _ = deliver(frame, to: state.withLock { $0.fanout })
     }
 
     /// Refuses new connections and closes the current ones as going away.

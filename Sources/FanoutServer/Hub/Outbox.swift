@@ -45,6 +45,18 @@ final class Outbox: Sendable {
         var items = Deque<OutboxItem>()
         var closed: CloseReason?
         var waiter: CheckedContinuation<Next, Never>?
+        /// Caught up: frames go straight to the connection, not through the queue.
+        var live = false
+    }
+
+    /// What happened to a frame offered to the outbox.
+    enum Admission {
+        /// Queued for the subscriber's writer (it is still sending its snapshot or backlog).
+        case queued
+        /// The subscriber is live: the caller writes the frame to the connection itself.
+        case live
+        /// Closed, or full (and so now closed as too slow).
+        case refused
     }
 
     let limit: Int
@@ -74,6 +86,24 @@ final class Outbox: Sendable {
         }
         if let waiter, let next { waiter.resume(returning: next) }
         return accepted
+    }
+
+    /// Offers a frame: queued while the subscriber catches up, `.live` once it has.
+    func admit(_ frame: OutboundFrame) -> Admission {
+        let live = state.withLock { state in state.live && state.closed == nil }
+        if live { return .live }
+        return enqueue(.frame(frame)) ? .queued : .refused
+    }
+
+    /// Switches to live delivery if nothing is queued. The writer calls it after draining;
+    /// false means more frames arrived meanwhile and must be drained first. Once it returns
+    /// true, every later frame is written by the hub after everything the writer wrote.
+    func goLive() -> Bool {
+        state.withLock { state in
+            guard state.items.isEmpty, state.closed == nil else { return false }
+            state.live = true
+            return true
+        }
     }
 
     /// Closes the outbox: queued frames are dropped and the writer learns `reason` next.

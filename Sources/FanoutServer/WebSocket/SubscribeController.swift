@@ -17,7 +17,7 @@ struct SubscribeController: Sendable {
     let configuration: ServerConfiguration
     let access: AccessPolicy
 
-    func addRoutes(to router: Router<BasicWebSocketRequestContext>) {
+    func addRoutes(to router: Router<SubscriberRequestContext>) {
         router.ws("/subscribe") { request, context in
             try access.check(request, requiresToken: true)
             guard !hub.isShuttingDown else {
@@ -28,12 +28,17 @@ struct SubscribeController: Sendable {
             }
             return .upgrade([:])
         } onUpgrade: { inbound, outbound, context in
-            try await handle(inbound: inbound, outbound: outbound, logger: context.logger)
+            try await handle(inbound: inbound, outbound: outbound, channel: context.requestContext.channel, logger: context.logger)
         }
     }
 
-    func handle(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, logger: Logger) async throws {
-        let subscriber = Subscriber(id: Self.newID(), outboxLimit: configuration.outboxLimit)
+    func handle(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel, logger: Logger) async throws {
+        // Live frames are written by the hub straight to the channel; this is how many unsent
+        // bytes a subscriber may have before it counts as too slow (the outbox limit, at about
+        // 512 bytes a message).
+        let highWater = max(64 * 1024, configuration.outboxLimit * 512)
+        try await channel.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: highWater / 2, high: highWater)).get()
+        let subscriber = Subscriber(id: Self.newID(), outboxLimit: configuration.outboxLimit, channel: channel)
         let logger = logger.withSubscriber(subscriber.id)
         do {
             try hub.connect(subscriber, maxConnections: configuration.maxSubscribers)
@@ -60,7 +65,7 @@ struct SubscribeController: Sendable {
                 try await read(inbound, outbound: outbound, subscriber: subscriber)
             }
             group.addTask {
-                try await write(outbound, subscriber: subscriber, logger: logger)
+                try await write(outbound, channel: channel, subscriber: subscriber, logger: logger)
             }
             // The writer ends when the outbox closes (the reader closes it on its way out);
             // the reader ends when the client goes or breaks the protocol.
@@ -135,16 +140,26 @@ struct SubscribeController: Sendable {
 
     // MARK: Writer
 
-    private func write(_ outbound: WebSocketOutboundWriter, subscriber: Subscriber, logger: Logger) async throws {
+    /// Sends the snapshot or backlog, then what queued meanwhile, then goes live: from then on
+    /// the hub writes frames to the channel itself and this task only waits for the close.
+    ///
+    /// Until live, every write is awaited, so a slow client paces this task and the bounded
+    /// outbox (not NIO's buffer) takes the overflow.
+    private func write(_ outbound: WebSocketOutboundWriter, channel: any Channel, subscriber: Subscriber, logger: Logger) async throws {
         /// The newest seq already sent; outbox events at or before it were in the backlog.
-        var sentThrough: Int64 = .max
+        var sentThrough: Int64?
+        var live = false
         while true {
+            // History sent and the queue drained: hand over to the hub.
+            if !live, sentThrough != nil {
+                live = subscriber.outbox.goLive()
+            }
             switch await subscriber.outbox.next() {
             case .item(.start(let since, let carts)):
-                sentThrough = try await sendHistory(outbound, carts: carts, since: since)
+                sentThrough = try await sendHistory(channel, carts: carts, since: since)
             case .item(.frame(let frame)):
-                if let seq = frame.seq, seq <= sentThrough { continue }
-                try await outbound.write(.custom(Self.textFrame(frame.text)))
+                if let seq = frame.seq, let sentThrough, seq <= sentThrough { continue }
+                try await channel.writeAndFlush(Self.textFrame(frame.text)).get()
             case .closed(let reason):
                 switch reason {
                 case .leaseExpired:
@@ -162,9 +177,9 @@ struct SubscribeController: Sendable {
     }
 
     /// Sends the events after `since` from the log, or a snapshot; returns the seq sent through.
-    private func sendHistory(_ outbound: WebSocketOutboundWriter, carts: Set<String>?, since: Int64?) async throws -> Int64 {
+    private func sendHistory(_ channel: any Channel, carts: Set<String>?, since: Int64?) async throws -> Int64 {
         guard var after = since else {
-            return try await sendSnapshot(outbound, carts: carts, reason: .initial)
+            return try await sendSnapshot(channel, carts: carts, reason: .initial)
         }
         let encoder = FanoutJSON.encoder()
         while true {
@@ -172,15 +187,15 @@ struct SubscribeController: Sendable {
             do {
                 page = try await store.events(after: after, limit: 500, carts: carts)
             } catch let error as CartStoreError where error.code == .sinceAhead {
-                return try await sendSnapshot(outbound, carts: carts, reason: .sinceAhead)
+                return try await sendSnapshot(channel, carts: carts, reason: .sinceAhead)
             }
             switch page {
             case .tooOld:
-                return try await sendSnapshot(outbound, carts: carts, reason: .sinceTooOld)
+                return try await sendSnapshot(channel, carts: carts, reason: .sinceTooOld)
             case .events(let events, let latest):
                 for event in events {
                     let data = try encoder.encode(ServerMessage.event(event))
-                    try await outbound.write(.custom(Self.textFrame(ByteBuffer(bytes: data))))
+                    try await channel.writeAndFlush(Self.textFrame(ByteBuffer(bytes: data))).get()
                 }
                 // A short page is the whole log as of the read; later events are in the outbox.
                 guard events.count == 500, let last = events.last else { return max(events.last?.seq ?? after, latest) }
@@ -189,10 +204,10 @@ struct SubscribeController: Sendable {
         }
     }
 
-    private func sendSnapshot(_ outbound: WebSocketOutboundWriter, carts: Set<String>?, reason: SnapshotReason) async throws -> Int64 {
+    private func sendSnapshot(_ channel: any Channel, carts: Set<String>?, reason: SnapshotReason) async throws -> Int64 {
         let snapshot = try await store.snapshot(of: carts)
         let message = ServerMessage.snapshot(carts: snapshot.carts, seq: snapshot.seq, reason: reason)
-        try await outbound.write(.custom(Self.textFrame(ServerEncoding.encode(message))))
+        try await channel.writeAndFlush(Self.textFrame(ServerEncoding.encode(message))).get()
         return snapshot.seq
     }
 
@@ -219,5 +234,19 @@ extension Logger {
         var logger = self
         logger[metadataKey: "fanout.subscriber.id"] = "\(id)"
         return logger
+    }
+}
+
+/// The WebSocket router's request context: the basic one, plus the connection's channel, which
+/// the hub writes live frames to.
+struct SubscriberRequestContext: RequestContext, WebSocketRequestContext {
+    var coreContext: CoreRequestContextStorage
+    let webSocket: WebSocketHandlerReference<Self>
+    let channel: any Channel
+
+    init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        webSocket = .init()
+        channel = source.channel
     }
 }
