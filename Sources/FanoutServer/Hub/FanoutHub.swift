@@ -1,4 +1,5 @@
 import CartStore
+import Dispatch
 import Foundation
 import Logging
 import NIOCore
@@ -50,6 +51,8 @@ final class FanoutHub: CartStoreObserver {
     }
 
     private let state = Mutex(State())
+    /// One per event loop, made on first use (there are as many loops as cores).
+    private let batchers = Mutex<[ObjectIdentifier: LoopBatcher]>([:])
     private let expiries = Atomic<Int>(0)
     private let slowDrops = Atomic<Int>(0)
     private let fannedOut = Atomic<Int>(0)
@@ -76,10 +79,9 @@ final class FanoutHub: CartStoreObserver {
         deliveredCounts.withLock { $0.record(seq: event.seq, count: delivered) }
     }
 
-    /// Hands a frame to each subscriber: queued for those still catching up, written straight
-    /// to the connection for live ones, one event-loop task per loop (not per subscriber).
-    /// Returns how many took it.
-    private func deliver(_ frame: OutboundFrame, to entries: some Sequence<Entry>) -> Int {
+    /// Hands a frame to each subscriber: queued for those still catching up, and for live
+    /// ones, to the batcher of their event loop. Returns how many took it.
+    private func deliver(_ frame: OutboundFrame, to entries: some Sequence<Entry>, waitForRoom: Bool = true) -> Int {
         var delivered = 0
         var batches: [ObjectIdentifier: (loop: any EventLoop, subscribers: [Subscriber])] = [:]
         for entry in entries {
@@ -97,22 +99,31 @@ final class FanoutHub: CartStoreObserver {
         }
         let wireFrame = WebSocketFrame(fin: true, opcode: .text, data: frame.text)
         for batch in batches.values {
-            batch.loop.execute { [self] in
-                for subscriber in batch.subscribers { write(wireFrame, to: subscriber) }
-            }
+            batcher(for: batch.loop).submit(wireFrame, to: batch.subscribers, waitForRoom: waitForRoom)
         }
         return delivered
     }
 
+    private func batcher(for loop: any EventLoop) -> LoopBatcher {
+        batchers.withLock { batchers in
+            if let batcher = batchers[ObjectIdentifier(loop)] { return batcher }
+            let batcher = LoopBatcher(loop: loop, hub: self)
+            batchers[ObjectIdentifier(loop)] = batcher
+            return batcher
+        }
+    }
+
     /// On the connection's event loop. A connection whose unsent bytes pass its high-water
-    /// mark reads too slowly: it is dropped like an overflowing outbox.
-    private func write(_ frame: WebSocketFrame, to subscriber: Subscriber) {
-        guard let channel = subscriber.channel, subscriber.outbox.closedReason == nil else { return }
+    /// mark reads too slowly: it is dropped like an overflowing outbox. Returns whether the
+    /// frame was written (it still needs a flush).
+    fileprivate func write(_ frame: WebSocketFrame, to subscriber: Subscriber) -> Bool {
+        guard let channel = subscriber.channel, subscriber.outbox.closedReason == nil else { return false }
         guard channel.isWritable else {
             drop(subscriber, because: .tooSlow)
-            return
+            return false
         }
-        channel.writeAndFlush(frame, promise: nil)
+        channel.write(frame, promise: nil)
+        return true
     }
 
     // MARK: Connections and subscriptions
@@ -187,7 +198,7 @@ final class FanoutHub: CartStoreObserver {
     /// Sends a server heartbeat (encoded once) to every subscriber.
     func heartbeat() {
         let frame = OutboundFrame(seq: nil, text: ServerEncoding.encode(.heartbeat(latestSeq: latestSeq)))
-        _ = deliver(frame, to: state.withLock { $0.fanout })
+        _ = deliver(frame, to: state.withLock { $0.fanout }, waitForRoom: false)
     }
 
     /// Refuses new connections and closes the current ones as going away.
@@ -220,6 +231,72 @@ final class FanoutHub: CartStoreObserver {
             latestSeq: latestSeq,
             eventsFannedOut: fannedOut.load(ordering: .relaxed),
             deliveries: deliveries.load(ordering: .relaxed))
+    }
+}
+
+/// Live frames waiting for one event loop.
+///
+/// Events that arrive while the loop is still writing earlier ones are written in the same
+/// pass, and each connection is flushed once per pass: under load, several events leave in one
+/// `writev` instead of one each.
+///
+/// At most `limit` events wait per loop. When the loops cannot keep up with the writes (the
+/// whole server is saturated, not one subscriber), the committing writer waits for room: the
+/// write rate falls to what the server can fan out, and nothing is dropped. Heartbeats are
+/// skipped instead of waiting.
+final class LoopBatcher: Sendable {
+    static let limit = 1_024
+    private struct Pending: ~Copyable {
+        var frames: [(frame: WebSocketFrame, subscribers: [Subscriber])] = []
+        var scheduled = false
+    }
+
+    let loop: any EventLoop
+    private unowned let hub: FanoutHub
+    private let pending = Mutex(Pending())
+    private let room = DispatchSemaphore(value: LoopBatcher.limit)
+
+    init(loop: any EventLoop, hub: FanoutHub) {
+        self.loop = loop
+        self.hub = hub
+    }
+
+    /// Queues a frame; `waitForRoom: false` gives up (returns false) instead of waiting.
+    @discardableResult
+    func submit(_ frame: WebSocketFrame, to subscribers: [Subscriber], waitForRoom: Bool = true) -> Bool {
+        if waitForRoom {
+            room.wait()
+        } else if room.wait(timeout: .now()) == .timedOut {
+            return false
+        }
+        let schedule = pending.withLock { pending in
+            pending.frames.append((frame, subscribers))
+            defer { pending.scheduled = true }
+            return !pending.scheduled
+        }
+        if schedule {
+            loop.execute { self.writeAll() }
+        }
+        return true
+    }
+
+    /// On the loop: writes every waiting frame, then flushes each connection it wrote to.
+    private func writeAll() {
+        let frames = pending.withLock { pending in
+            pending.scheduled = false
+            defer { pending.frames.removeAll(keepingCapacity: true) }
+            return pending.frames
+        }
+        for _ in frames { room.signal() }
+        var written: [ObjectIdentifier: Subscriber] = [:]
+        for (frame, subscribers) in frames {
+            for subscriber in subscribers where hub.write(frame, to: subscriber) {
+                written[ObjectIdentifier(subscriber)] = subscriber
+            }
+        }
+        for subscriber in written.values {
+            subscriber.channel?.flush()
+        }
     }
 }
 

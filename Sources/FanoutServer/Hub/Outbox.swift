@@ -47,6 +47,8 @@ final class Outbox: Sendable {
         var waiter: CheckedContinuation<Next, Never>?
         /// Caught up: frames go straight to the connection, not through the queue.
         var live = false
+        /// Once live nobody waits on `next()`; this tells the connection to close instead.
+        var onClose: (@Sendable (CloseReason) -> Void)?
     }
 
     /// What happened to a frame offered to the outbox.
@@ -98,10 +100,14 @@ final class Outbox: Sendable {
     /// Switches to live delivery if nothing is queued. The writer calls it after draining;
     /// false means more frames arrived meanwhile and must be drained first. Once it returns
     /// true, every later frame is written by the hub after everything the writer wrote.
-    func goLive() -> Bool {
+    ///
+    /// - Parameter onClose: called when the outbox closes later (lease expired, too slow,
+    ///   shutdown), since no writer waits on it any more.
+    func goLive(onClose: @escaping @Sendable (CloseReason) -> Void) -> Bool {
         state.withLock { state in
             guard state.items.isEmpty, state.closed == nil else { return false }
             state.live = true
+            state.onClose = onClose
             return true
         }
     }
@@ -109,14 +115,18 @@ final class Outbox: Sendable {
     /// Closes the outbox: queued frames are dropped and the writer learns `reason` next.
     /// The first reason wins.
     func close(_ reason: CloseReason) {
-        let waiter: CheckedContinuation<Next, Never>? = state.withLock { state in
-            guard state.closed == nil else { return nil }
+        let (waiter, onClose) = state.withLock { state -> (CheckedContinuation<Next, Never>?, (@Sendable (CloseReason) -> Void)?) in
+            guard state.closed == nil else { return (nil, nil) }
             state.closed = reason
             state.items.removeAll()
-            defer { state.waiter = nil }
-            return state.waiter
+            defer {
+                state.waiter = nil
+                state.onClose = nil
+            }
+            return (state.waiter, state.onClose)
         }
         waiter?.resume(returning: .closed(reason))
+        onClose?(reason)
     }
 
     var closedReason: CloseReason? { state.withLock { $0.closed } }

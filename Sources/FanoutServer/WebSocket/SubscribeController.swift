@@ -8,9 +8,9 @@ import NIOWebSocket
 
 /// `/subscribe`: the WebSocket through which remote subscribers follow the event log.
 ///
-/// Per connection one reader (client messages: every one renews the lease) and one writer
-/// (welcome, then the snapshot or backlog, then the outbox) run in a task group; the first to
-/// finish ends the other. See docs/PROTOCOL.md.
+/// Per connection the reader (client messages: every one renews the lease) runs in the
+/// handler's task; a writer task sends the welcome's follow-up, the snapshot or backlog and
+/// what queued meanwhile, then hands the connection to the hub and ends. See docs/PROTOCOL.md.
 struct SubscribeController: Sendable {
     let store: CartStore
     let hub: FanoutHub
@@ -59,24 +59,21 @@ struct SubscribeController: Sendable {
             latestSeq: hub.latestSeq))
         try await outbound.write(.custom(Self.textFrame(ServerEncoding.encode(welcome))))
 
+        // The reader runs in this task, the writer in a child that ends once the subscriber is
+        // live: an idle connection holds as few tasks as possible.
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask {
-                defer { subscriber.outbox.close(.connectionEnded) }
-                try await read(inbound, outbound: outbound, subscriber: subscriber)
-            }
             group.addTask {
                 try await write(outbound, channel: channel, subscriber: subscriber, logger: logger)
             }
-            // The writer ends when the outbox closes (the reader closes it on its way out);
-            // the reader ends when the client goes or breaks the protocol.
-            try await group.next()
-            group.cancelAll()
+            defer { subscriber.outbox.close(.connectionEnded) }
+            try await read(inbound, outbound: outbound, subscriber: subscriber)
         }
     }
 
     // MARK: Reader
 
     private func read(_ inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, subscriber: Subscriber) async throws {
+        // Returning ends the connection; the outbox closes on the way out (see `handle`).
         var subscribed = false
         do {
             for try await message in inbound.messages(maxSize: configuration.maxMessageSize) {
@@ -148,11 +145,13 @@ struct SubscribeController: Sendable {
     private func write(_ outbound: WebSocketOutboundWriter, channel: any Channel, subscriber: Subscriber, logger: Logger) async throws {
         /// The newest seq already sent; outbox events at or before it were in the backlog.
         var sentThrough: Int64?
-        var live = false
         while true {
-            // History sent and the queue drained: hand over to the hub.
-            if !live, sentThrough != nil {
-                live = subscriber.outbox.goLive()
+            // History sent and the queue drained: hand over to the hub, and let a later close
+            // start its own short task.
+            if sentThrough != nil, subscriber.outbox.goLive(onClose: { reason in
+                Task { try? await Self.close(outbound, for: reason) }
+            }) {
+                return
             }
             switch await subscriber.outbox.next() {
             case .item(.start(let since, let carts)):
@@ -161,18 +160,23 @@ struct SubscribeController: Sendable {
                 if let seq = frame.seq, let sentThrough, seq <= sentThrough { continue }
                 try await channel.writeAndFlush(Self.textFrame(frame.text)).get()
             case .closed(let reason):
-                switch reason {
-                case .leaseExpired:
-                    try await outbound.close(.init(codeNumber: Int(FanoutCloseCode.leaseExpired.rawValue)), reason: "lease expired: heartbeat more often")
-                case .tooSlow:
-                    try await outbound.close(.init(codeNumber: Int(FanoutCloseCode.tooSlow.rawValue)), reason: "too slow: reconnect and resume with since")
-                case .shuttingDown:
-                    try await outbound.close(.goingAway, reason: "server shutting down")
-                case .connectionEnded:
-                    break
-                }
+                try await Self.close(outbound, for: reason)
                 return
             }
+        }
+    }
+
+    /// Closes the WebSocket with the code documented for `reason`.
+    static func close(_ outbound: WebSocketOutboundWriter, for reason: CloseReason) async throws {
+        switch reason {
+        case .leaseExpired:
+            try await outbound.close(.init(codeNumber: Int(FanoutCloseCode.leaseExpired.rawValue)), reason: "lease expired: heartbeat more often")
+        case .tooSlow:
+            try await outbound.close(.init(codeNumber: Int(FanoutCloseCode.tooSlow.rawValue)), reason: "too slow: reconnect and resume with since")
+        case .shuttingDown:
+            try await outbound.close(.goingAway, reason: "server shutting down")
+        case .connectionEnded:
+            break
         }
     }
 
