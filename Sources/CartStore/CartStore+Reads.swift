@@ -36,9 +36,16 @@ extension CartStore {
         }
     }
 
+    /// Runs on every mutation, so it uses cached statements rather than building SQL each time.
     static func loadCart(_ cartID: String, _ db: Database) throws -> Cart? {
-        guard let row = try CartRow.fetchOne(db, key: cartID) else { return nil }
-        let items = try CartItemRow.lines(of: cartID).fetchAll(db).map(\.item)
-        return Cart(id: row.id, version: row.version, items: items)
+        let versionStatement = try db.cachedStatement(sql: "SELECT version FROM carts WHERE id = ?")
+        guard let version = try Int64.fetchOne(versionStatement, arguments: [cartID]) else { return nil }
+        let linesStatement = try db.cachedStatement(sql: """
+            SELECT sku, quantity, unit_price_cents, name FROM cart_items WHERE cart_id = ? ORDER BY position
+            """)
+        let items = try Row.fetchAll(linesStatement, arguments: [cartID]).map { row in
+            CartItem(sku: row[0], quantity: row[1], unitPriceCents: row[2], name: row[3])
+        }
+        return Cart(id: cartID, version: version, items: items)
     }
 }
