@@ -56,18 +56,23 @@ struct SubscribeCommand: AsyncParsableCommand {
         let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         let state = try SeqState(stateFile: stateFile, since: since)
         let printer = EventPrinter(format: format, state: state)
-        Self.exitOnSignals()
+        let signalSources = Self.exitOnSignals(printer: printer)
         let session = SubscriberSession(
             url: url, carts: carts.isEmpty ? nil : carts, token: token, state: state, printer: printer)
         try await session.run()
+        _ = signalSources  // kept alive as long as the session runs
     }
 
-    /// Ctrl-C and SIGTERM end the program with status 0. Output is unbuffered and the state
-    /// file is written after every printed line, so there is nothing left to save; `_exit` is
-    /// safe to call from a signal handler.
-    static func exitOnSignals() {
-        signal(SIGINT) { _ in _exit(0) }
-        signal(SIGTERM) { _ in _exit(0) }
+    /// Ctrl-C and SIGTERM end the program with status 0, but never between printing a line
+    /// and saving its seq: a restarted client would print that line again.
+    static func exitOnSignals(printer: EventPrinter) -> [any DispatchSourceSignal] {
+        [SIGINT, SIGTERM].map { signalNumber in
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            source.setEventHandler { printer.exclusively { Foundation.exit(0) } }
+            source.resume()
+            return source
+        }
     }
 }
 
@@ -103,14 +108,25 @@ final class SeqState: Sendable {
 final class EventPrinter: Sendable {
     let format: SubscribeCommand.Format
     let state: SeqState
+    /// Held while a line is printed and its seq saved, so an exit cannot split the two.
+    private let printing = Mutex(())
 
     init(format: SubscribeCommand.Format, state: SeqState) {
         self.format = format
         self.state = state
     }
 
+    /// Runs `body` between lines, never in the middle of printing one.
+    func exclusively(_ body: () -> Void) {
+        printing.withLock { _ in body() }
+    }
+
     /// - Parameter raw: the message as the server sent it (printed as is in JSON format).
     func handle(_ message: ServerMessage, raw: String) throws {
+        try printing.withLock { _ in try show(message, raw: raw) }
+    }
+
+    private func show(_ message: ServerMessage, raw: String) throws {
         switch message {
         case .event(let event):
             if let last = state.last, event.seq <= last { return }

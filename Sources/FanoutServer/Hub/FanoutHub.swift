@@ -83,23 +83,23 @@ final class FanoutHub: CartStoreObserver {
     /// ones, to the batcher of their event loop. Returns how many took it.
     private func deliver(_ frame: OutboundFrame, to entries: some Sequence<Entry>, waitForRoom: Bool = true) -> Int {
         var delivered = 0
-        var batches: [ObjectIdentifier: (loop: any EventLoop, subscribers: [Subscriber])] = [:]
+        var batches: [ObjectIdentifier: (loop: any EventLoop, targets: [LiveTarget])] = [:]
         for entry in entries {
             let subscriber = entry.subscriber
             switch subscriber.outbox.admit(frame) {
             case .queued:
                 delivered += 1
-            case .live:
-                guard let channel = subscriber.channel else { continue }
-                batches[ObjectIdentifier(channel.eventLoop), default: (channel.eventLoop, [])].subscribers.append(subscriber)
+            case .live(let wire):
+                batches[ObjectIdentifier(wire.eventLoop), default: (wire.eventLoop, [])].targets.append(LiveTarget(subscriber: subscriber, wire: wire))
                 delivered += 1
             case .refused:
                 if subscriber.outbox.closedReason == .tooSlow { drop(subscriber, because: .tooSlow) }
             }
         }
-        let wireFrame = WebSocketFrame(fin: true, opcode: .text, data: frame.text)
+        guard !batches.isEmpty else { return delivered }
+        let frameBytes = WireWriter.textFrame(frame.text)
         for batch in batches.values {
-            batcher(for: batch.loop).submit(wireFrame, to: batch.subscribers, waitForRoom: waitForRoom)
+            batcher(for: batch.loop).submit(frameBytes, to: batch.targets, waitForRoom: waitForRoom)
         }
         return delivered
     }
@@ -116,13 +116,13 @@ final class FanoutHub: CartStoreObserver {
     /// On the connection's event loop. A connection whose unsent bytes pass its high-water
     /// mark reads too slowly: it is dropped like an overflowing outbox. Returns whether the
     /// frame was written (it still needs a flush).
-    fileprivate func write(_ frame: WebSocketFrame, to subscriber: Subscriber) -> Bool {
-        guard let channel = subscriber.channel, subscriber.outbox.closedReason == nil else { return false }
-        guard channel.isWritable else {
-            drop(subscriber, because: .tooSlow)
+    fileprivate func write(_ frameBytes: ByteBuffer, to target: LiveTarget) -> Bool {
+        guard target.subscriber.outbox.closedReason == nil else { return false }
+        guard target.wire.isWritable else {
+            drop(target.subscriber, because: .tooSlow)
             return false
         }
-        channel.write(frame, promise: nil)
+        target.wire.write(frameBytes)
         return true
     }
 
@@ -247,7 +247,7 @@ final class FanoutHub: CartStoreObserver {
 final class LoopBatcher: Sendable {
     static let limit = 1_024
     private struct Pending: ~Copyable {
-        var frames: [(frame: WebSocketFrame, subscribers: [Subscriber])] = []
+        var frames: [(bytes: ByteBuffer, targets: [LiveTarget])] = []
         var scheduled = false
     }
 
@@ -263,14 +263,14 @@ final class LoopBatcher: Sendable {
 
     /// Queues a frame; `waitForRoom: false` gives up (returns false) instead of waiting.
     @discardableResult
-    func submit(_ frame: WebSocketFrame, to subscribers: [Subscriber], waitForRoom: Bool = true) -> Bool {
+    func submit(_ frameBytes: ByteBuffer, to targets: [LiveTarget], waitForRoom: Bool = true) -> Bool {
         if waitForRoom {
             room.wait()
         } else if room.wait(timeout: .now()) == .timedOut {
             return false
         }
         let schedule = pending.withLock { pending in
-            pending.frames.append((frame, subscribers))
+            pending.frames.append((frameBytes, targets))
             defer { pending.scheduled = true }
             return !pending.scheduled
         }
@@ -288,16 +288,22 @@ final class LoopBatcher: Sendable {
             return pending.frames
         }
         for _ in frames { room.signal() }
-        var written: [ObjectIdentifier: Subscriber] = [:]
-        for (frame, subscribers) in frames {
-            for subscriber in subscribers where hub.write(frame, to: subscriber) {
-                written[ObjectIdentifier(subscriber)] = subscriber
+        var written: [ObjectIdentifier: WireWriter] = [:]
+        for (bytes, targets) in frames {
+            for target in targets where hub.write(bytes, to: target) {
+                written[ObjectIdentifier(target.subscriber)] = target.wire
             }
         }
-        for subscriber in written.values {
-            subscriber.channel?.flush()
+        for wire in written.values {
+            wire.flush()
         }
     }
+}
+
+/// A live subscriber and where to write its frames.
+struct LiveTarget: Sendable {
+    let subscriber: Subscriber
+    let wire: WireWriter
 }
 
 /// A fixed ring of (seq, count): bounded memory for the `deliveredTo` of recent events.

@@ -1,5 +1,6 @@
 import DequeModule
 import NIOCore
+import NIOWebSocket
 import Synchronization
 
 /// Why a subscriber's connection ends from the server's side.
@@ -20,6 +21,50 @@ struct OutboundFrame: Sendable {
     /// The event's seq, for events; lets a subscriber skip what its backlog already sent.
     var seq: Int64?
     var text: ByteBuffer
+}
+
+/// Writes complete WebSocket frames straight into a connection's pipeline, below its frame
+/// encoder: every subscriber gets the same bytes, encoded once per event, with no per-write
+/// header allocation or handler hops. Used on the connection's event loop only.
+struct WireWriter: Sendable {
+    let context: NIOLoopBound<ChannelHandlerContext>
+
+    /// Finds the frame encoder of a WebSocket channel; call on its event loop.
+    static func make(for channel: any Channel) -> EventLoopFuture<WireWriter> {
+        channel.eventLoop.submit {
+            let context = try channel.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
+            return WireWriter(context: NIOLoopBound(context, eventLoop: channel.eventLoop))
+        }
+    }
+
+    var eventLoop: any EventLoop { context.eventLoop }
+    var isWritable: Bool { context.value.channel.isWritable }
+
+    func write(_ frameBytes: ByteBuffer) {
+        context.value.write(NIOAny(frameBytes), promise: nil)
+    }
+
+    func flush() {
+        context.value.flush()
+    }
+
+    /// An unmasked, final text frame (RFC 6455 §5.2): what a server sends.
+    static func textFrame(_ payload: ByteBuffer) -> ByteBuffer {
+        let length = payload.readableBytes
+        var frame = ByteBufferAllocator().buffer(capacity: length + 10)
+        frame.writeInteger(UInt8(0x81))
+        if length < 126 {
+            frame.writeInteger(UInt8(length))
+        } else if length <= Int(UInt16.max) {
+            frame.writeInteger(UInt8(126))
+            frame.writeInteger(UInt16(length))
+        } else {
+            frame.writeInteger(UInt8(127))
+            frame.writeInteger(UInt64(length))
+        }
+        frame.writeImmutableBuffer(payload)
+        return frame
+    }
 }
 
 /// What a subscriber's writer takes from its outbox.
@@ -45,10 +90,10 @@ final class Outbox: Sendable {
         var items = Deque<OutboxItem>()
         var closed: CloseReason?
         var waiter: CheckedContinuation<Next, Never>?
-        /// Caught up: frames go straight to the connection, not through the queue.
-        var live = false
         /// Once live nobody waits on `next()`; this tells the connection to close instead.
         var onClose: (@Sendable (CloseReason) -> Void)?
+        /// Where the hub writes live frames, already encoded for the wire.
+        var wire: WireWriter?
     }
 
     /// What happened to a frame offered to the outbox.
@@ -56,7 +101,7 @@ final class Outbox: Sendable {
         /// Queued for the subscriber's writer (it is still sending its snapshot or backlog).
         case queued
         /// The subscriber is live: the caller writes the frame to the connection itself.
-        case live
+        case live(WireWriter)
         /// Closed, or full (and so now closed as too slow).
         case refused
     }
@@ -92,8 +137,8 @@ final class Outbox: Sendable {
 
     /// Offers a frame: queued while the subscriber catches up, `.live` once it has.
     func admit(_ frame: OutboundFrame) -> Admission {
-        let live = state.withLock { state in state.live && state.closed == nil }
-        if live { return .live }
+        let wire = state.withLock { state in state.closed == nil ? state.wire : nil }
+        if let wire { return .live(wire) }
         return enqueue(.frame(frame)) ? .queued : .refused
     }
 
@@ -103,10 +148,10 @@ final class Outbox: Sendable {
     ///
     /// - Parameter onClose: called when the outbox closes later (lease expired, too slow,
     ///   shutdown), since no writer waits on it any more.
-    func goLive(onClose: @escaping @Sendable (CloseReason) -> Void) -> Bool {
+    func goLive(wire: WireWriter, onClose: @escaping @Sendable (CloseReason) -> Void) -> Bool {
         state.withLock { state in
             guard state.items.isEmpty, state.closed == nil else { return false }
-            state.live = true
+            state.wire = wire
             state.onClose = onClose
             return true
         }

@@ -1,4 +1,3 @@
-import NIOCore
 import Synchronization
 
 /// One WebSocket connection, as the hub holds it: its outbox and its lease.
@@ -8,15 +7,11 @@ import Synchronization
 final class Subscriber: Sendable {
     let id: String
     let outbox: Outbox
-    /// The connection, for live frames written straight from the hub; nil in unit tests,
-    /// where everything stays in the outbox.
-    let channel: (any Channel)?
     private let lastHeard: Mutex<ContinuousClock.Instant>
 
-    init(id: String, outboxLimit: Int, channel: (any Channel)? = nil, now: ContinuousClock.Instant = .now) {
+    init(id: String, outboxLimit: Int, now: ContinuousClock.Instant = .now) {
         self.id = id
         self.outbox = Outbox(limit: outboxLimit)
-        self.channel = channel
         self.lastHeard = Mutex(now)
     }
 

@@ -38,7 +38,7 @@ struct SubscribeController: Sendable {
         // 512 bytes a message).
         let highWater = max(64 * 1024, configuration.outboxLimit * 512)
         try await channel.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: highWater / 2, high: highWater)).get()
-        let subscriber = Subscriber(id: Self.newID(), outboxLimit: configuration.outboxLimit, channel: channel)
+        let subscriber = Subscriber(id: Self.newID(), outboxLimit: configuration.outboxLimit)
         let logger = logger.withSubscriber(subscriber.id)
         do {
             try hub.connect(subscriber, maxConnections: configuration.maxSubscribers)
@@ -145,13 +145,17 @@ struct SubscribeController: Sendable {
     private func write(_ outbound: WebSocketOutboundWriter, channel: any Channel, subscriber: Subscriber, logger: Logger) async throws {
         /// The newest seq already sent; outbox events at or before it were in the backlog.
         var sentThrough: Int64?
+        var wire: WireWriter?
         while true {
             // History sent and the queue drained: hand over to the hub, and let a later close
             // start its own short task.
-            if sentThrough != nil, subscriber.outbox.goLive(onClose: { reason in
-                Task { try? await Self.close(outbound, for: reason) }
-            }) {
-                return
+            if sentThrough != nil {
+                if wire == nil { wire = try await WireWriter.make(for: channel).get() }
+                if let wire, subscriber.outbox.goLive(wire: wire, onClose: { reason in
+                    Task { try? await Self.close(outbound, for: reason) }
+                }) {
+                    return
+                }
             }
             switch await subscriber.outbox.next() {
             case .item(.start(let since, let carts)):
