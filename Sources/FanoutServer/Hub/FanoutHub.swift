@@ -9,8 +9,10 @@ import Synchronization
 /// The server's observer of the store: fans each committed event out to the subscribers.
 ///
 /// An event is encoded once, on the store's writer thread right after the commit, and the
-/// same bytes are queued to every subscriber that wants its cart. Queuing never waits: a
-/// subscriber whose outbox is full is closed as too slow (see `Outbox`).
+/// same bytes go to every subscriber that wants its cart: queued in its outbox while it is
+/// still receiving its snapshot or backlog, written straight into its connection once it is
+/// live (see `LoopBatcher`). A slow subscriber holds nobody up: when its outbox or its
+/// connection's unsent bytes pass their bound it is closed as too slow.
 final class FanoutHub: CartStoreObserver {
     struct Stats: Codable, Sendable, Equatable {
         var subscribers: Int
@@ -116,7 +118,7 @@ final class FanoutHub: CartStoreObserver {
     /// On the connection's event loop. A connection whose unsent bytes pass its high-water
     /// mark reads too slowly: it is dropped like an overflowing outbox. Returns whether the
     /// frame was written (it still needs a flush).
-    fileprivate func write(_ frameBytes: ByteBuffer, to target: LiveTarget) -> Bool {
+    func write(_ frameBytes: ByteBuffer, to target: LiveTarget) -> Bool {
         guard target.subscriber.outbox.closedReason == nil else { return false }
         guard target.wire.isWritable else {
             drop(target.subscriber, because: .tooSlow)
@@ -231,72 +233,6 @@ final class FanoutHub: CartStoreObserver {
             latestSeq: latestSeq,
             eventsFannedOut: fannedOut.load(ordering: .relaxed),
             deliveries: deliveries.load(ordering: .relaxed))
-    }
-}
-
-/// Live frames waiting for one event loop.
-///
-/// Events that arrive while the loop is still writing earlier ones are written in the same
-/// pass, and each connection is flushed once per pass: under load, several events leave in one
-/// `writev` instead of one each.
-///
-/// At most `limit` events wait per loop. When the loops cannot keep up with the writes (the
-/// whole server is saturated, not one subscriber), the committing writer waits for room: the
-/// write rate falls to what the server can fan out, and nothing is dropped. Heartbeats are
-/// skipped instead of waiting.
-final class LoopBatcher: Sendable {
-    static let limit = 1_024
-    private struct Pending: ~Copyable {
-        var frames: [(bytes: ByteBuffer, targets: [LiveTarget])] = []
-        var scheduled = false
-    }
-
-    let loop: any EventLoop
-    private unowned let hub: FanoutHub
-    private let pending = Mutex(Pending())
-    private let room = DispatchSemaphore(value: LoopBatcher.limit)
-
-    init(loop: any EventLoop, hub: FanoutHub) {
-        self.loop = loop
-        self.hub = hub
-    }
-
-    /// Queues a frame; `waitForRoom: false` gives up (returns false) instead of waiting.
-    @discardableResult
-    func submit(_ frameBytes: ByteBuffer, to targets: [LiveTarget], waitForRoom: Bool = true) -> Bool {
-        if waitForRoom {
-            room.wait()
-        } else if room.wait(timeout: .now()) == .timedOut {
-            return false
-        }
-        let schedule = pending.withLock { pending in
-            pending.frames.append((frameBytes, targets))
-            defer { pending.scheduled = true }
-            return !pending.scheduled
-        }
-        if schedule {
-            loop.execute { self.writeAll() }
-        }
-        return true
-    }
-
-    /// On the loop: writes every waiting frame, then flushes each connection it wrote to.
-    private func writeAll() {
-        let frames = pending.withLock { pending in
-            pending.scheduled = false
-            defer { pending.frames.removeAll(keepingCapacity: true) }
-            return pending.frames
-        }
-        for _ in frames { room.signal() }
-        var written: [ObjectIdentifier: WireWriter] = [:]
-        for (bytes, targets) in frames {
-            for target in targets where hub.write(bytes, to: target) {
-                written[ObjectIdentifier(target.subscriber)] = target.wire
-            }
-        }
-        for wire in written.values {
-            wire.flush()
-        }
     }
 }
 

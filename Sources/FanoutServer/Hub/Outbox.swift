@@ -1,6 +1,5 @@
 import DequeModule
 import NIOCore
-import NIOWebSocket
 import Synchronization
 
 /// Why a subscriber's connection ends from the server's side.
@@ -21,50 +20,6 @@ struct OutboundFrame: Sendable {
     /// The event's seq, for events; lets a subscriber skip what its backlog already sent.
     var seq: Int64?
     var text: ByteBuffer
-}
-
-/// Writes complete WebSocket frames straight into a connection's pipeline, below its frame
-/// encoder: every subscriber gets the same bytes, encoded once per event, with no per-write
-/// header allocation or handler hops. Used on the connection's event loop only.
-struct WireWriter: Sendable {
-    let context: NIOLoopBound<ChannelHandlerContext>
-
-    /// Finds the frame encoder of a WebSocket channel; call on its event loop.
-    static func make(for channel: any Channel) -> EventLoopFuture<WireWriter> {
-        channel.eventLoop.submit {
-            let context = try channel.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
-            return WireWriter(context: NIOLoopBound(context, eventLoop: channel.eventLoop))
-        }
-    }
-
-    var eventLoop: any EventLoop { context.eventLoop }
-    var isWritable: Bool { context.value.channel.isWritable }
-
-    func write(_ frameBytes: ByteBuffer) {
-        context.value.write(NIOAny(frameBytes), promise: nil)
-    }
-
-    func flush() {
-        context.value.flush()
-    }
-
-    /// An unmasked, final text frame (RFC 6455 §5.2): what a server sends.
-    static func textFrame(_ payload: ByteBuffer) -> ByteBuffer {
-        let length = payload.readableBytes
-        var frame = ByteBufferAllocator().buffer(capacity: length + 10)
-        frame.writeInteger(UInt8(0x81))
-        if length < 126 {
-            frame.writeInteger(UInt8(length))
-        } else if length <= Int(UInt16.max) {
-            frame.writeInteger(UInt8(126))
-            frame.writeInteger(UInt16(length))
-        } else {
-            frame.writeInteger(UInt8(127))
-            frame.writeInteger(UInt64(length))
-        }
-        frame.writeImmutableBuffer(payload)
-        return frame
-    }
 }
 
 /// What a subscriber's writer takes from its outbox.
