@@ -64,7 +64,7 @@ final class StalledClient {
 struct SlowConsumerTests {
     @Test func aClientThatStopsReadingIsDroppedWhileWritesAndOtherSubscribersGoOn() async throws {
         let store = try CartStore.inMemory()
-        try await withServer({ $0.outboxLimit = 8; $0.leaseTTL = .seconds(60); $0.heartbeatInterval = .seconds(30) }, store: store) { port, server in
+        try await withServer({ $0.outboxLimit = 256; $0.leaseTTL = .seconds(60); $0.heartbeatInterval = .seconds(30) }, store: store) { port, server in
             let stalled = try StalledClient(port: port)
             let reader = TestSubscriber(port: port)
             try await reader.subscribe(since: 0)
