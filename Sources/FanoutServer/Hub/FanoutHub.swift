@@ -2,6 +2,7 @@ import CartStore
 import Dispatch
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOWebSocket
 import Synchronization
@@ -32,7 +33,7 @@ final class FanoutHub: CartStoreObserver {
         func wants(_ cartID: String) -> Bool { carts?.contains(cartID) ?? true }
     }
 
-    private struct State: ~Copyable {
+    private struct State {
         /// Every open connection, subscribed or not: what leases and shutdown act on.
         var connections: [String: Subscriber] = [:]
         /// The subscribed ones, dense, copied (by reference count) for each fan-out: changes
@@ -52,20 +53,20 @@ final class FanoutHub: CartStoreObserver {
         }
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     /// One per event loop, made on first use (there are as many loops as cores).
-    private let batchers = Mutex<[ObjectIdentifier: LoopBatcher]>([:])
-    private let expiries = Atomic<Int>(0)
-    private let slowDrops = Atomic<Int>(0)
-    private let fannedOut = Atomic<Int>(0)
-    private let deliveries = Atomic<Int>(0)
-    private let latest: Atomic<Int64>
+    private let batchers = NIOLockedValueBox<[ObjectIdentifier: LoopBatcher]>([:])
+    private let expiries = Synchronization.Atomic<Int>(0)
+    private let slowDrops = Synchronization.Atomic<Int>(0)
+    private let fannedOut = Synchronization.Atomic<Int>(0)
+    private let deliveries = Synchronization.Atomic<Int>(0)
+    private let latest: Synchronization.Atomic<Int64>
     /// How many subscribers each recent event was queued to, for the mutation responses.
-    private let deliveredCounts = Mutex(DeliveredCounts(capacity: 4_096))
+    private let deliveredCounts = NIOLockedValueBox(DeliveredCounts(capacity: 4_096))
     let logger: Logger
 
     init(latestSeq: Int64, logger: Logger) {
-        self.latest = Atomic(latestSeq)
+        self.latest = Synchronization.Atomic(latestSeq)
         self.logger = logger
     }
 
@@ -73,12 +74,12 @@ final class FanoutHub: CartStoreObserver {
 
     func cartStore(_ store: CartStore, didCommit event: CartEvent) {
         let frame = OutboundFrame(seq: event.seq, text: ServerEncoding.encode(.event(event)))
-        let entries = state.withLock { $0.fanout }
+        let entries = state.withLockedValue { $0.fanout }
         let delivered = deliver(frame, to: entries.lazy.filter { $0.wants(event.cartID) })
         latest.store(event.seq, ordering: .releasing)
         fannedOut.add(1, ordering: .relaxed)
         deliveries.add(delivered, ordering: .relaxed)
-        deliveredCounts.withLock { $0.record(seq: event.seq, count: delivered) }
+        deliveredCounts.withLockedValue { $0.record(seq: event.seq, count: delivered) }
     }
 
     /// Hands a frame to each subscriber: queued for those still catching up, and for live
@@ -107,7 +108,7 @@ final class FanoutHub: CartStoreObserver {
     }
 
     private func batcher(for loop: any EventLoop) -> LoopBatcher {
-        batchers.withLock { batchers in
+        batchers.withLockedValue { batchers in
             if let batcher = batchers[ObjectIdentifier(loop)] { return batcher }
             let batcher = LoopBatcher(loop: loop, hub: self)
             batchers[ObjectIdentifier(loop)] = batcher
@@ -138,11 +139,13 @@ final class FanoutHub: CartStoreObserver {
     /// Registers a new connection, so that its lease is watched. It receives nothing until it
     /// subscribes.
     func connect(_ subscriber: Subscriber, maxConnections: Int) throws(ConnectRefusal) {
-        try state.withLock { (state) throws(ConnectRefusal) in
-            guard !state.shuttingDown else { throw .shuttingDown }
-            guard state.connections.count < maxConnections else { throw .full }
+        let refusal: ConnectRefusal? = state.withLockedValue { state in
+            guard !state.shuttingDown else { return .shuttingDown }
+            guard state.connections.count < maxConnections else { return .full }
             state.connections[subscriber.id] = subscriber
+            return nil
         }
+        if let refusal { throw refusal }
     }
 
     /// Starts fanning events out to `subscriber`.
@@ -150,7 +153,7 @@ final class FanoutHub: CartStoreObserver {
     /// The `.start` item is queued and the subscription added under one lock, so every event
     /// is either committed before the writer reads the log for `.start`, or queued after it.
     func subscribe(_ subscriber: Subscriber, carts: Set<String>?, since: Int64?) {
-        state.withLock { state in
+        state.withLockedValue { state in
             guard state.connections[subscriber.id] != nil, state.slotByID[subscriber.id] == nil else { return }
             guard subscriber.outbox.enqueue(.start(since: since, carts: carts)) else { return }
             state.slotByID[subscriber.id] = state.fanout.count
@@ -160,7 +163,7 @@ final class FanoutHub: CartStoreObserver {
 
     /// Forgets a connection. Harmless if it is already gone.
     func disconnect(_ subscriber: Subscriber) {
-        state.withLock { state in
+        state.withLockedValue { state in
             state.connections[subscriber.id] = nil
             state.removeFromFanout(subscriber.id)
         }
@@ -169,7 +172,7 @@ final class FanoutHub: CartStoreObserver {
     /// Closes a subscriber's outbox for `reason`, counts and logs it, and forgets it.
     func drop(_ subscriber: Subscriber, because reason: CloseReason) {
         subscriber.outbox.close(reason)
-        let wasConnected = state.withLock { state in
+        let wasConnected = state.withLockedValue { state in
             defer {
                 state.connections[subscriber.id] = nil
                 state.removeFromFanout(subscriber.id)
@@ -192,7 +195,7 @@ final class FanoutHub: CartStoreObserver {
     /// Drops every connection whose lease lapsed. Returns how many.
     @discardableResult
     func expireLeases(ttl: Duration, now: ContinuousClock.Instant = .now) -> Int {
-        let expired = state.withLock { Array($0.connections.values) }.filter { $0.leaseExpired(ttl: ttl, now: now) }
+        let expired = state.withLockedValue { Array($0.connections.values) }.filter { $0.leaseExpired(ttl: ttl, now: now) }
         for subscriber in expired { drop(subscriber, because: .leaseExpired) }
         return expired.count
     }
@@ -200,29 +203,29 @@ final class FanoutHub: CartStoreObserver {
     /// Sends a server heartbeat (encoded once) to every subscriber.
     func heartbeat() {
         let frame = OutboundFrame(seq: nil, text: ServerEncoding.encode(.heartbeat(latestSeq: latestSeq)))
-        _ = deliver(frame, to: state.withLock { $0.fanout }, waitForRoom: false)
+        _ = deliver(frame, to: state.withLockedValue { $0.fanout }, waitForRoom: false)
     }
 
     /// Refuses new connections and closes the current ones as going away.
     func shutDown() {
-        let connections = state.withLock { state in
+        let connections = state.withLockedValue { state in
             state.shuttingDown = true
             return Array(state.connections.values)
         }
         for subscriber in connections { drop(subscriber, because: .shuttingDown) }
     }
 
-    var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
+    var isShuttingDown: Bool { state.withLockedValue { $0.shuttingDown } }
 
     // MARK: Figures
 
     var latestSeq: Int64 { latest.load(ordering: .acquiring) }
 
-    var subscriberCount: Int { state.withLock { $0.connections.count } }
+    var subscriberCount: Int { state.withLockedValue { $0.connections.count } }
 
     /// How many subscribers the event `seq` was queued to (0 if unknown or too old).
     func deliveredCount(seq: Int64) -> Int {
-        deliveredCounts.withLock { $0.count(seq: seq) }
+        deliveredCounts.withLockedValue { $0.count(seq: seq) }
     }
 
     var stats: Stats {

@@ -1,4 +1,5 @@
 import Dispatch
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 
@@ -14,14 +15,14 @@ import Synchronization
 /// skipped instead of waiting.
 final class LoopBatcher: Sendable {
     static let limit = 1_024
-    private struct Pending: ~Copyable {
+    private struct Pending {
         var frames: [(bytes: ByteBuffer, targets: [LiveTarget])] = []
         var scheduled = false
     }
 
     let loop: any EventLoop
     private unowned let hub: FanoutHub
-    private let pending = Mutex(Pending())
+    private let pending = NIOLockedValueBox(Pending())
     private let room = DispatchSemaphore(value: LoopBatcher.limit)
 
     init(loop: any EventLoop, hub: FanoutHub) {
@@ -37,7 +38,7 @@ final class LoopBatcher: Sendable {
         } else if room.wait(timeout: .now()) == .timedOut {
             return false
         }
-        let schedule = pending.withLock { pending in
+        let schedule = pending.withLockedValue { pending in
             pending.frames.append((frameBytes, targets))
             defer { pending.scheduled = true }
             return !pending.scheduled
@@ -50,7 +51,7 @@ final class LoopBatcher: Sendable {
 
     /// On the loop: writes every waiting frame, then flushes each connection it wrote to.
     private func writeAll() {
-        let frames = pending.withLock { pending in
+        let frames = pending.withLockedValue { pending in
             pending.scheduled = false
             defer { pending.frames.removeAll(keepingCapacity: true) }
             return pending.frames

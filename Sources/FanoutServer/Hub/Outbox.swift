@@ -1,4 +1,5 @@
 import DequeModule
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 
@@ -41,7 +42,7 @@ final class Outbox: Sendable {
         case closed(CloseReason)
     }
 
-    private struct State: ~Copyable {
+    private struct State {
         var items = Deque<OutboxItem>()
         var closed: CloseReason?
         var waiter: CheckedContinuation<Next, Never>?
@@ -62,7 +63,7 @@ final class Outbox: Sendable {
     }
 
     let limit: Int
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
 
     init(limit: Int) {
         self.limit = max(1, limit)
@@ -72,7 +73,7 @@ final class Outbox: Sendable {
     /// returns false without effect when it is already closed.
     @discardableResult
     func enqueue(_ item: OutboxItem) -> Bool {
-        let (accepted, waiter, next): (Bool, CheckedContinuation<Next, Never>?, Next?) = state.withLock { state in
+        let (accepted, waiter, next): (Bool, CheckedContinuation<Next, Never>?, Next?) = state.withLockedValue { state in
             if state.closed != nil { return (false, nil, nil) }
             if let waiter = state.waiter {
                 state.waiter = nil
@@ -92,7 +93,7 @@ final class Outbox: Sendable {
 
     /// Offers a frame: queued while the subscriber catches up, `.live` once it has.
     func admit(_ frame: OutboundFrame) -> Admission {
-        let wire = state.withLock { state in state.closed == nil ? state.wire : nil }
+        let wire = state.withLockedValue { state in state.closed == nil ? state.wire : nil }
         if let wire { return .live(wire) }
         return enqueue(.frame(frame)) ? .queued : .refused
     }
@@ -104,7 +105,7 @@ final class Outbox: Sendable {
     /// - Parameter onClose: called when the outbox closes later (lease expired, too slow,
     ///   shutdown), since no writer waits on it any more.
     func goLive(wire: WireWriter, onClose: @escaping @Sendable (CloseReason) -> Void) -> Bool {
-        state.withLock { state in
+        state.withLockedValue { state in
             guard state.items.isEmpty, state.closed == nil else { return false }
             state.wire = wire
             state.onClose = onClose
@@ -115,7 +116,7 @@ final class Outbox: Sendable {
     /// Closes the outbox: queued frames are dropped and the writer learns `reason` next.
     /// The first reason wins.
     func close(_ reason: CloseReason) {
-        let (waiter, onClose) = state.withLock { state -> (CheckedContinuation<Next, Never>?, (@Sendable (CloseReason) -> Void)?) in
+        let (waiter, onClose) = state.withLockedValue { state -> (CheckedContinuation<Next, Never>?, (@Sendable (CloseReason) -> Void)?) in
             guard state.closed == nil else { return (nil, nil) }
             state.closed = reason
             state.items.removeAll()
@@ -129,14 +130,14 @@ final class Outbox: Sendable {
         onClose?(reason)
     }
 
-    var closedReason: CloseReason? { state.withLock { $0.closed } }
+    var closedReason: CloseReason? { state.withLockedValue { $0.closed } }
 
-    var count: Int { state.withLock { $0.items.count } }
+    var count: Int { state.withLockedValue { $0.items.count } }
 
     /// The next frame, waiting for one; `.closed` once closed. One consumer at a time.
     func next() async -> Next {
         await withCheckedContinuation { continuation in
-            let ready: Next? = state.withLock { state in
+            let ready: Next? = state.withLockedValue { state in
                 if let reason = state.closed { return .closed(reason) }
                 if let item = state.items.popFirst() { return .item(item) }
                 state.waiter = continuation

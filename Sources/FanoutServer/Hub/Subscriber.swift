@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// One WebSocket connection, as the hub holds it: its outbox and its lease.
@@ -7,20 +8,20 @@ import Synchronization
 final class Subscriber: Sendable {
     let id: String
     let outbox: Outbox
-    private let lastHeard: Mutex<ContinuousClock.Instant>
+    private let lastHeard: NIOLockedValueBox<ContinuousClock.Instant>
 
     init(id: String, outboxLimit: Int, now: ContinuousClock.Instant = .now) {
         self.id = id
         self.outbox = Outbox(limit: outboxLimit)
-        self.lastHeard = Mutex(now)
+        self.lastHeard = NIOLockedValueBox(now)
     }
 
     /// Renews the lease.
     func heard(at instant: ContinuousClock.Instant = .now) {
-        lastHeard.withLock { $0 = instant }
+        lastHeard.withLockedValue { $0 = instant }
     }
 
     func leaseExpired(ttl: Duration, now: ContinuousClock.Instant) -> Bool {
-        lastHeard.withLock { now - $0 > ttl }
+        lastHeard.withLockedValue { now - $0 > ttl }
     }
 }
