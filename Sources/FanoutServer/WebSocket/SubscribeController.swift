@@ -57,7 +57,8 @@ struct SubscribeController: Sendable {
             heartbeatInterval: configuration.heartbeatInterval.seconds,
             leaseTTL: configuration.leaseTTL.seconds,
             latestSeq: hub.latestSeq))
-        try await outbound.write(.custom(Self.textFrame(ServerEncoding.encode(welcome))))
+        // Straight to the channel, like everything that follows it: one path keeps the order.
+        try await channel.writeAndFlush(Self.textFrame(ServerEncoding.encode(welcome))).get()
 
         // The reader runs in this task, the writer in a child that ends once the subscriber is
         // live: an idle connection holds as few tasks as possible.
