@@ -72,15 +72,7 @@ final class SubscriberFleet: Sendable {
                         } else if target.peer == .fanout, text.contains(#""type":"welcome""#),
                                   let welcome = try? FanoutJSON.decoder().decode(ServerMessage.self, from: Data(text.utf8)),
                                   case .welcome(let info) = welcome {
-                            let subscribe = ClientMessage.subscribe(carts: nil, since: info.latestSeq)
-                            try await outbound.write(.text(String(decoding: try FanoutJSON.encoder().encode(subscribe), as: UTF8.self)))
-                            let interval = Duration.milliseconds(Int(max(0.05, info.heartbeatInterval) * 1_000))
-                            group.addTask {
-                                while true {
-                                    try await Task.sleep(for: interval)
-                                    try await outbound.write(.text(#"{"type":"heartbeat"}"#))
-                                }
-                            }
+                            try await SubscriberHandshake.answer(info, carts: nil, since: info.latestSeq, outbound: outbound, heartbeatsIn: &group)
                             member.ready.store(true, ordering: .relaxed)
                             self.readyCount.add(1, ordering: .relaxed)
                         }

@@ -81,15 +81,7 @@ struct SubscriberSession: Sendable {
                     let decoded = try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(text.utf8))
                     received.increment()
                     if case .welcome(let welcome) = decoded {
-                        let subscribe = ClientMessage.subscribe(carts: carts, since: state.last)
-                        try await outbound.write(.text(String(decoding: try FanoutJSON.encoder().encode(subscribe), as: UTF8.self)))
-                        let interval = Duration.milliseconds(Int(max(0.05, welcome.heartbeatInterval) * 1_000))
-                        group.addTask {
-                            while true {
-                                try await Task.sleep(for: interval)
-                                try await outbound.write(.text(#"{"type":"heartbeat"}"#))
-                            }
-                        }
+                        try await SubscriberHandshake.answer(welcome, carts: carts, since: state.last, outbound: outbound, heartbeatsIn: &group)
                     }
                     try printer.handle(decoded, raw: text)
                 }
