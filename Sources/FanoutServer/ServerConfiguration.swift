@@ -20,8 +20,7 @@ struct ServerConfiguration: Sendable {
     var token: String?
     /// Origins allowed to open WebSockets or send requests from a browser.
     var allowedOrigins: Set<String> = []
-    /// Largest request body and WebSocket message accepted.
-    var maxBodySize = 64 * 1024
+    /// Largest WebSocket message accepted (request bodies: `FanoutRequestContext.maxBodySize`).
     var maxMessageSize = 64 * 1024
     var logLevel: Logger.Level = .info
 }

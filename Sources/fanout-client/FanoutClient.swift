@@ -17,5 +17,14 @@ struct FanoutClient: AsyncParsableCommand {
 /// A failure to report on stderr with a non-zero exit, never a stack trace.
 struct ClientFailure: Error, CustomStringConvertible {
     let description: String
-    init(_ description: String) { self.description = description }
+    /// The HTTP status, when the server answered with an error.
+    let status: Int?
+
+    init(_ description: String, status: Int? = nil) {
+        self.description = description
+        self.status = status
+    }
+
+    /// The server refused our credentials: retrying cannot help.
+    var isAuthorizationFailure: Bool { status == 401 || status == 403 }
 }

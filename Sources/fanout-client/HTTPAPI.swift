@@ -43,8 +43,8 @@ struct HTTPAPI: Sendable {
     static func failure(status: Int, object: [String: Any]) -> ClientFailure {
         if let error = object["error"] as? [String: Any], let message = error["message"] as? String {
             let code = error["code"] as? String ?? "error"
-            return ClientFailure("server refused (\(status) \(code)): \(message)")
+            return ClientFailure("server refused (\(status) \(code)): \(message)", status: status)
         }
-        return ClientFailure("server answered HTTP \(status)")
+        return ClientFailure("server answered HTTP \(status)", status: status)
     }
 }

@@ -59,7 +59,7 @@ struct SubscriberSession: Sendable {
         guard let base = components.url else { throw ClientFailure("bad URL \(url)") }
         do {
             _ = try await HTTPAPI(baseURL: base, token: token).send("GET", "/events?limit=1")
-        } catch let failure as ClientFailure where failure.description.contains("(401") || failure.description.contains("(403") {
+        } catch let failure as ClientFailure where failure.isAuthorizationFailure {
             throw failure
         } catch {
             // Unreachable, restarting, or an old server: the WebSocket attempt will tell.

@@ -190,7 +190,6 @@ struct SubscribeController: Sendable {
         guard var after = since else {
             return try await sendSnapshot(channel, carts: carts, reason: .initial)
         }
-        let encoder = FanoutJSON.encoder()
         while true {
             let page: EventLogRead
             do {
@@ -203,8 +202,7 @@ struct SubscribeController: Sendable {
                 return try await sendSnapshot(channel, carts: carts, reason: .sinceTooOld)
             case .events(let events, let latest):
                 for event in events {
-                    let data = try encoder.encode(ServerMessage.event(event))
-                    try await channel.writeAndFlush(Self.textFrame(ByteBuffer(bytes: data))).get()
+                    try await channel.writeAndFlush(Self.textFrame(ServerEncoding.encode(.event(event)))).get()
                 }
                 // A short page is the whole log as of the read; later events are in the outbox.
                 guard events.count == 500, let last = events.last else { return max(events.last?.seq ?? after, latest) }
