@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// The real `fanout-server` and `fanout-client` executables, as processes, on loopback.
-@Suite("End to end", .serialized)
+@Suite("End to end", .serialized, .timeLimit(.minutes(3)))
 struct EndToEndTests {
     static func temporaryDatabase() throws -> (path: String, cleanup: () -> Void) {
         let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-e2e-\(UUID().uuidString)")
@@ -126,17 +126,11 @@ struct EndToEndTests {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
         let server = try ServerProcess(arguments: ["--port", "0", "--db", database, "--token", "right"])
-        let client = Process()
-        client.executableURL = ServerProcess.executable("fanout-client")
-        client.arguments = ["subscribe", "--url", "ws://127.0.0.1:\(server.port)/subscribe", "--token", "wrong"]
-        let stderr = Pipe()
-        client.standardError = stderr
-        client.standardOutput = FileHandle.nullDevice
-        try client.run()
-        client.waitUntilExit()
-        let message = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(client.terminationStatus != 0)
-        #expect(message.contains("bad_token"), "stderr: \(message)")
+        let outcome = try await runToExit(
+            "fanout-client", ["subscribe", "--url", "ws://127.0.0.1:\(server.port)/subscribe", "--token", "wrong"])
+        #expect(!outcome.timedOut, "the client retried instead of giving up")
+        #expect(outcome.status != 0)
+        #expect(outcome.standardError.contains("bad_token"), "stderr: \(outcome.standardError)")
         server.signal(SIGTERM)
     }
 
@@ -151,7 +145,7 @@ import Synchronization
 import FoundationNetworking
 #endif
 
-@Suite("Bench tool")
+@Suite("Bench tool", .timeLimit(.minutes(2)))
 struct BenchToolTests {
     @Test func benchCountsEveryDeliveryAgainstARealServer() async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()

@@ -7,7 +7,7 @@ import FanoutTestSupport
 import Testing
 @testable import FanoutServer
 
-@Suite("fanout-server process")
+@Suite("fanout-server process", .timeLimit(.minutes(2)))
 struct ServerProcessTests {
     static func post(port: Int, cart: String, sku: String) async throws -> Int {
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/carts/\(cart)/items")!)
@@ -54,19 +54,12 @@ struct ServerProcessTests {
         #expect(second.waitForExit() == 0)
     }
 
-    @Test func badCommandLinesExitNonZeroWithAMessage() throws {
+    @Test func badCommandLinesExitNonZeroWithAMessage() async throws {
         for arguments in [["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"], ["--port", "0", "--db", "/nonexistent-directory/db.sqlite"]] {
-            let process = Process()
-            process.executableURL = ServerProcess.executable("fanout-server")
-            process.arguments = arguments
-            let stderr = Pipe()
-            process.standardError = stderr
-            process.standardOutput = FileHandle.nullDevice
-            try process.run()
-            process.waitUntilExit()
-            let message = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            #expect(process.terminationStatus != 0, "\(arguments)")
-            #expect(message.contains("Error"), "\(arguments): \(message)")
+            let outcome = try await runToExit("fanout-server", arguments)
+            #expect(!outcome.timedOut, "\(arguments): the server should have refused to start")
+            #expect(outcome.status != 0, "\(arguments)")
+            #expect(outcome.standardError.contains("Error"), "\(arguments): \(outcome.standardError)")
         }
     }
 }

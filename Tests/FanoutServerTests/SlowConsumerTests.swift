@@ -60,7 +60,7 @@ final class StalledClient {
     deinit { close(socket) }
 }
 
-@Suite("Slow consumers")
+@Suite("Slow consumers", .timeLimit(.minutes(2)))
 struct SlowConsumerTests {
     @Test func aClientThatStopsReadingIsDroppedWhileWritesAndOtherSubscribersGoOn() async throws {
         let store = try CartStore.inMemory()

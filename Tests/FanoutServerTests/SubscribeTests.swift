@@ -8,7 +8,7 @@ import FanoutTestSupport
 import Testing
 @testable import FanoutServer
 
-@Suite("WebSocket subscriptions")
+@Suite("WebSocket subscriptions", .timeLimit(.minutes(2)))
 struct SubscribeTests {
     @Test func welcomeThenSnapshotThenLiveEvents() async throws {
         let store = try CartStore.inMemory()

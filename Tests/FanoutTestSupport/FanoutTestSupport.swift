@@ -78,3 +78,32 @@ public final class ServerProcess {
     }
 }
 
+
+/// How a product executable run to completion ended.
+public struct ProcessOutcome: Sendable {
+    public let status: Int32
+    public let standardError: String
+    /// It was still running at the deadline and was killed: a retry loop where an exit was due.
+    public let timedOut: Bool
+}
+
+/// Runs a product executable until it exits, or kills it after `timeout`, so a program that
+/// should have given up fails the test instead of hanging it.
+public func runToExit(_ name: String, _ arguments: [String], timeout: Duration = .seconds(30)) async throws -> ProcessOutcome {
+    let process = Process()
+    process.executableURL = ServerProcess.executable(name)
+    process.arguments = arguments
+    let standardError = Pipe()
+    process.standardError = standardError
+    process.standardOutput = FileHandle.nullDevice
+    try process.run()
+    let deadline = ContinuousClock.now + timeout
+    while process.isRunning, ContinuousClock.now < deadline {
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    let timedOut = process.isRunning
+    if timedOut { kill(process.processIdentifier, SIGKILL) }
+    process.waitUntilExit()
+    let message = String(decoding: standardError.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    return ProcessOutcome(status: process.terminationStatus, standardError: message, timedOut: timedOut)
+}
