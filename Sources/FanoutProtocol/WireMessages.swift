@@ -90,7 +90,7 @@ public enum ServerMessage: Sendable, Hashable {
 public enum FanoutCloseCode: UInt16, Sendable, CaseIterable {
     /// No client message within the lease TTL. Reconnect and resume with `since`.
     case leaseExpired = 4000
-    /// The subscriber's outbox overflowed: it read too slowly. Reconnect and resume with `since`.
+    /// The subscriber fell too far behind: it read too slowly. Reconnect and resume with `since`.
     case tooSlow = 4001
     /// The server has its maximum number of subscribers. Retry later.
     case serverFull = 4002

@@ -33,7 +33,7 @@ func buildApplication(
     logger: Logger,
     onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws -> FanoutServerApp {
-    let hub = FanoutHub(latestSeq: try await store.latestSeq(), logger: logger)
+    let hub = FanoutHub(latestSeq: try await store.latestSeq(), lagLimit: configuration.outboxLimit, logger: logger)
     store.observers.add(hub)
     let access = AccessPolicy(token: configuration.token, allowedOrigins: configuration.allowedOrigins)
 

@@ -29,7 +29,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(help: "Seconds without a client message before a subscriber is dropped.")
     var leaseTtl: Double = 15
 
-    @Option(help: "Messages that may wait for one subscriber (about 512 bytes each once it is live) before it is dropped as too slow.")
+    @Option(help: "Events a subscriber may fall behind (and the live events held for all subscribers) before it is dropped as too slow.")
     var outboxLimit: Int = 1_024
 
     @Option(help: "Most concurrent WebSocket subscribers.")

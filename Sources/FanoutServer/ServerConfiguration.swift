@@ -11,7 +11,8 @@ struct ServerConfiguration: Sendable {
     var heartbeatInterval: Duration = .seconds(5)
     /// A subscriber that sends nothing for this long is dropped.
     var leaseTTL: Duration = .seconds(15)
-    /// Messages that may wait for one subscriber before it is dropped as too slow.
+    /// Events a subscriber may fall behind before it is dropped as too slow; also how many
+    /// recent events the live ring holds.
     var outboxLimit = 1_024
     var maxSubscribers = 10_000
     /// Cart ids one subscription may name.

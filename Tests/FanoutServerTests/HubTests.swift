@@ -2,6 +2,8 @@ import CartStore
 import Foundation
 import Logging
 import NIOCore
+import NIOEmbedded
+import NIOWebSocket
 import Testing
 @testable import FanoutServer
 
@@ -89,6 +91,89 @@ struct HubTests {
         #expect(hub.expireLeases(ttl: .seconds(1), now: start + .milliseconds(2_000)) == 1)
         #expect(subscriber.outbox.closedReason == .leaseExpired)
         #expect(hub.stats.expiries == 1)
+    }
+}
+
+/// A live subscriber on an `EmbeddedChannel`: the test decides when its connection has room
+/// and runs its event loop by hand.
+@Suite("Live fan-out")
+struct LiveFanoutTests {
+    struct Live {
+        let hub: FanoutHub
+        let subscriber: Subscriber
+        let channel: EmbeddedChannel
+        let store: CartStore
+
+        init(lagLimit: Int, carts: Set<String>? = nil) async throws {
+            store = try CartStore.inMemory()
+            var logger = Logger(label: "hub-test")
+            logger.logLevel = .critical
+            hub = FanoutHub(latestSeq: 0, lagLimit: lagLimit, logger: logger)
+            channel = EmbeddedChannel(handler: WebSocketFrameEncoder())
+            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
+            subscriber = Subscriber(id: "s", outboxLimit: 8)
+            try hub.connect(subscriber, maxConnections: 1)
+            hub.subscribe(subscriber, carts: carts, since: 0)
+            _ = await subscriber.outbox.next()  // the .start item: the history is empty
+            let wentLive = subscriber.outbox.goLive(onClose: { _ in })
+            #expect(wentLive)
+            let fanout = hub.fanout(for: channel.eventLoop)
+            let wire = WireWriter.make(for: channel, onWritable: fanout.writabilityChanged)
+            channel.embeddedEventLoop.run()
+            fanout.add(subscriber, wire: try await wire.get(), carts: carts, after: 0)
+            channel.embeddedEventLoop.run()
+        }
+
+        /// Commits an event as the store would announce it, and runs the loop.
+        func commit(seq: Int64, cart: String = "c") {
+            let event = CartEvent(seq: seq, cartID: cart, change: .cartCleared, version: seq, committedAt: Date())
+            hub.cartStore(store, didCommit: event)
+            channel.embeddedEventLoop.run()
+        }
+
+        /// The seqs of the frames written to the connection since the last call.
+        func written() throws -> [Int64] {
+            var seqs: [Int64] = []
+            while let frame = try channel.readOutbound(as: ByteBuffer.self) {
+                let payload = try #require(WireFrameTests.decode(frame)).payload
+                if case .event(let event) = try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(payload.readableBytesView)) {
+                    seqs.append(event.seq)
+                }
+            }
+            return seqs
+        }
+
+        func setWritable(_ writable: Bool) {
+            channel.isWritable = writable
+            channel.pipeline.fireChannelWritabilityChanged()
+            channel.embeddedEventLoop.run()
+        }
+    }
+
+    @Test func aFullConnectionIsSkippedAndCarriesOnWhenItDrains() async throws {
+        let live = try await Live(lagLimit: 100, carts: ["c"])
+        live.commit(seq: 1)
+        #expect(try live.written() == [1])
+        live.setWritable(false)
+        for seq in Int64(2)...6 { live.commit(seq: seq, cart: seq == 4 ? "other" : "c") }
+        #expect(try live.written() == [], "nothing is written while the connection is full")
+        // No later event: draining alone must bring the rest, in order, without the other cart.
+        live.setWritable(true)
+        #expect(try live.written() == [2, 3, 5, 6])
+        #expect(live.hub.stats.liveSubscribers == 1)
+        #expect(live.hub.stats.slowConsumerDrops == 0)
+    }
+
+    @Test func aSubscriberThatFallsOutOfTheRingIsDroppedAsTooSlow() async throws {
+        let live = try await Live(lagLimit: 4)
+        live.setWritable(false)
+        for seq in Int64(1)...4 { live.commit(seq: seq) }
+        #expect(live.subscriber.outbox.closedReason == nil, "4 behind is within the limit")
+        live.commit(seq: 5)
+        #expect(live.subscriber.outbox.closedReason == .tooSlow)
+        #expect(live.hub.stats.slowConsumerDrops == 1)
+        #expect(live.hub.stats.liveSubscribers == 0)
+        #expect(live.hub.stats.subscribers == 0)
     }
 }
 

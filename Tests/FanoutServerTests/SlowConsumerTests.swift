@@ -9,10 +9,24 @@ import Glibc
 
 /// A WebSocket client on a bare socket with a tiny receive buffer that subscribes and then
 /// never reads: the slowest consumer there is.
-final class StalledClient {
+///
+/// Its socket calls block, so they run on a thread of their own (`blocking`), never on the
+/// concurrency pool that the in-process server needs to answer them.
+final class StalledClient: @unchecked Sendable {
     let socket: Int32
 
-    init(port: Int) throws {
+    static func connect(port: Int) async throws -> StalledClient {
+        try await blocking { try StalledClient(port: port) }
+    }
+
+    /// Runs `work` on a dispatch thread and waits for it without holding a pool thread.
+    static func blocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+        }
+    }
+
+    private init(port: Int) throws {
         socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var size: Int32 = 2_048
         setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
@@ -21,7 +35,7 @@ final class StalledClient {
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
         try send(Array("""
@@ -57,6 +71,44 @@ final class StalledClient {
         return [0x81, 0x80 | UInt8(payload.count)] + mask + payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
     }
 
+    /// Reads server frames (unmasked, RFC 6455 §5.2) until `enough` says so or the socket
+    /// has been quiet for `quiet`; returns their payloads.
+    func readMessages(quiet: Duration = .seconds(10), until enough: ([Data]) -> Bool) throws -> [Data] {
+        var timeout = timeval(tv_sec: Int(quiet.components.seconds), tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var pending: [UInt8] = []
+        var messages: [Data] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while !enough(messages) {
+            let count = recv(socket, &chunk, chunk.count, 0)
+            guard count > 0 else { break }
+            pending += chunk[0..<count]
+            while let (payload, used) = Self.frame(in: pending) {
+                messages.append(Data(payload))
+                pending.removeFirst(used)
+            }
+        }
+        return messages
+    }
+
+    /// The first complete frame's payload and how many bytes it took, if there is one.
+    static func frame(in bytes: [UInt8]) -> ([UInt8], Int)? {
+        guard bytes.count >= 2 else { return nil }
+        var length = Int(bytes[1] & 0x7F)
+        var header = 2
+        if length == 126 {
+            guard bytes.count >= 4 else { return nil }
+            length = Int(bytes[2]) << 8 | Int(bytes[3])
+            header = 4
+        } else if length == 127 {
+            guard bytes.count >= 10 else { return nil }
+            length = bytes[2..<10].reduce(0) { $0 << 8 | Int($1) }
+            header = 10
+        }
+        guard bytes.count >= header + length else { return nil }
+        return (Array(bytes[header..<header + length]), header + length)
+    }
+
     deinit { close(socket) }
 }
 
@@ -65,7 +117,7 @@ struct SlowConsumerTests {
     @Test func aClientThatStopsReadingIsDroppedWhileWritesAndOtherSubscribersGoOn() async throws {
         let store = try CartStore.inMemory()
         try await withServer({ $0.outboxLimit = 256; $0.leaseTTL = .seconds(60); $0.heartbeatInterval = .seconds(30) }, store: store) { port, server in
-            let stalled = try StalledClient(port: port)
+            let stalled = try await StalledClient.connect(port: port)
             let reader = TestSubscriber(port: port)
             try await reader.subscribe(since: 0)
             await eventually("both subscribed") { server.hub.stats.subscribers == 2 }
@@ -83,6 +135,34 @@ struct SlowConsumerTests {
             #expect(reader.events.map(\.seq) == Array(1...Int64(written)))
             withExtendedLifetime(stalled) {}
             await reader.close()
+        }
+    }
+
+    @Test func aClientThatPausesWithinTheLagLimitGetsEveryEventWhenItReadsAgain() async throws {
+        let store = try CartStore.inMemory()
+        try await withServer({ $0.outboxLimit = 5_000; $0.leaseTTL = .seconds(60); $0.heartbeatInterval = .seconds(30) }, store: store) { port, server in
+            let paused = try await StalledClient.connect(port: port)
+            await eventually("caught up and live") { server.hub.stats.liveSubscribers == 1 }
+            // About 800 KB of events while it does not read: many times the connection's
+            // high-water mark (how the fan-out skips and resumes a full connection is tested
+            // step by step in LiveFanoutTests), and far within the lag limit.
+            let name = String(repeating: "n", count: 200)
+            let written = 2_000
+            for index in 0..<written {
+                try await store.addItem(cartID: "c\(index / 100)", sku: "s\(index % 100)", quantity: 1, unitPriceCents: 1, name: name)
+            }
+            #expect(server.hub.stats.slowConsumerDrops == 0)
+            let decoder = FanoutJSON.decoder()
+            let messages = try await StalledClient.blocking {
+                try paused.readMessages { messages in messages.count >= 1 + written }  // the welcome, then the events
+            }
+            let seqs = messages.compactMap { data -> Int64? in
+                guard case .event(let event) = try? decoder.decode(ServerMessage.self, from: data) else { return nil }
+                return event.seq
+            }
+            #expect(seqs == Array(1...Int64(written)))
+            #expect(server.hub.stats.slowConsumerDrops == 0)
+            #expect(server.hub.stats.liveSubscribers == 1)
         }
     }
 }

@@ -11,12 +11,14 @@ import Synchronization
 ///
 /// An event is encoded once, on the store's writer thread right after the commit, and the
 /// same bytes go to every subscriber that wants its cart: queued in its outbox while it is
-/// still receiving its snapshot or backlog, written straight into its connection once it is
-/// live (see `LoopBatcher`). A slow subscriber holds nobody up: when its outbox or its
-/// connection's unsent bytes pass their bound it is closed as too slow.
+/// still receiving its snapshot or backlog; once it is live, its event loop writes it from the
+/// `LiveRing` (see `LoopFanout`). A slow subscriber holds nobody up: when its outbox
+/// overflows, or it falls out of the ring, it is closed as too slow. Writers never wait.
 final class FanoutHub: CartStoreObserver {
     struct Stats: Codable, Sendable, Equatable {
         var subscribers: Int
+        /// Subscribed, caught up, and served by their event loops from the ring.
+        var liveSubscribers: Int
         var expiries: Int
         var slowConsumerDrops: Int
         var latestSeq: Int64
@@ -54,18 +56,24 @@ final class FanoutHub: CartStoreObserver {
     }
 
     private let state = NIOLockedValueBox(State())
+    /// Recent events for live subscribers; its capacity is how far one may fall behind.
+    let ring: LiveRing
     /// One per event loop, made on first use (there are as many loops as cores).
-    private let batchers = NIOLockedValueBox<[ObjectIdentifier: LoopBatcher]>([:])
+    private let loops = NIOLockedValueBox<[LoopFanout]>([])
     private let expiries = Synchronization.Atomic<Int>(0)
     private let slowDrops = Synchronization.Atomic<Int>(0)
     private let fannedOut = Synchronization.Atomic<Int>(0)
     private let deliveries = Synchronization.Atomic<Int>(0)
+    let liveCount = Synchronization.Atomic<Int>(0)
     private let latest: Synchronization.Atomic<Int64>
     /// How many subscribers each recent event was queued to, for the mutation responses.
     private let deliveredCounts = NIOLockedValueBox(DeliveredCounts(capacity: 4_096))
     let logger: Logger
 
-    init(latestSeq: Int64, logger: Logger) {
+    /// - Parameter lagLimit: how many events a live subscriber may fall behind before it is
+    ///   dropped as too slow.
+    init(latestSeq: Int64, lagLimit: Int = 1_024, logger: Logger) {
+        self.ring = LiveRing(capacity: lagLimit)
         self.latest = Synchronization.Atomic(latestSeq)
         self.logger = logger
     }
@@ -74,59 +82,40 @@ final class FanoutHub: CartStoreObserver {
 
     func cartStore(_ store: CartStore, didCommit event: CartEvent) {
         let frame = OutboundFrame(seq: event.seq, text: ServerEncoding.encode(.event(event)))
+        // Into the ring first: a subscriber going live meanwhile finds it there.
+        ring.append(.init(seq: event.seq, cartID: event.cartID, frame: WireWriter.textFrame(frame.text)))
         let entries = state.withLockedValue { $0.fanout }
-        let delivered = deliver(frame, to: entries.lazy.filter { $0.wants(event.cartID) })
+        let delivered = admit(frame, to: entries.lazy.filter { $0.wants(event.cartID) })
+        for loop in loops.withLockedValue({ $0 }) { loop.poke() }
         latest.store(event.seq, ordering: .releasing)
         fannedOut.add(1, ordering: .relaxed)
         deliveries.add(delivered, ordering: .relaxed)
         deliveredCounts.withLockedValue { $0.record(seq: event.seq, count: delivered) }
     }
 
-    /// Hands a frame to each subscriber: queued for those still catching up, and for live
-    /// ones, to the batcher of their event loop. Returns how many took it.
-    private func deliver(_ frame: OutboundFrame, to entries: some Sequence<Entry>, waitForRoom: Bool = true) -> Int {
+    /// Queues a frame for each subscriber still catching up, and counts the live ones, which
+    /// their event loops serve. Returns how many took it.
+    private func admit(_ frame: OutboundFrame, to entries: some Sequence<Entry>) -> Int {
         var delivered = 0
-        var batches: [ObjectIdentifier: (loop: any EventLoop, targets: [LiveTarget])] = [:]
         for entry in entries {
-            let subscriber = entry.subscriber
-            switch subscriber.outbox.admit(frame) {
-            case .queued:
-                delivered += 1
-            case .live(let wire):
-                batches[ObjectIdentifier(wire.eventLoop), default: (wire.eventLoop, [])].targets.append(LiveTarget(subscriber: subscriber, wire: wire))
+            switch entry.subscriber.outbox.admit(frame) {
+            case .queued, .live:
                 delivered += 1
             case .refused:
-                if subscriber.outbox.closedReason == .tooSlow { drop(subscriber, because: .tooSlow) }
+                if entry.subscriber.outbox.closedReason == .tooSlow { drop(entry.subscriber, because: .tooSlow) }
             }
-        }
-        guard !batches.isEmpty else { return delivered }
-        let frameBytes = WireWriter.textFrame(frame.text)
-        for batch in batches.values {
-            batcher(for: batch.loop).submit(frameBytes, to: batch.targets, waitForRoom: waitForRoom)
         }
         return delivered
     }
 
-    private func batcher(for loop: any EventLoop) -> LoopBatcher {
-        batchers.withLockedValue { batchers in
-            if let batcher = batchers[ObjectIdentifier(loop)] { return batcher }
-            let batcher = LoopBatcher(loop: loop, hub: self)
-            batchers[ObjectIdentifier(loop)] = batcher
-            return batcher
+    /// The fan-out of `loop`, made on first use.
+    func fanout(for loop: any EventLoop) -> LoopFanout {
+        loops.withLockedValue { loops in
+            if let existing = loops.first(where: { $0.loop === loop }) { return existing }
+            let fanout = LoopFanout(loop: loop, hub: self, ring: ring)
+            loops.append(fanout)
+            return fanout
         }
-    }
-
-    /// On the connection's event loop. A connection whose unsent bytes pass its high-water
-    /// mark reads too slowly: it is dropped like an overflowing outbox. Returns whether the
-    /// frame was written (it still needs a flush).
-    func write(_ frameBytes: ByteBuffer, to target: LiveTarget) -> Bool {
-        guard target.subscriber.outbox.closedReason == nil else { return false }
-        guard target.wire.isWritable else {
-            drop(target.subscriber, because: .tooSlow)
-            return false
-        }
-        target.wire.write(frameBytes)
-        return true
     }
 
     // MARK: Connections and subscriptions
@@ -203,7 +192,9 @@ final class FanoutHub: CartStoreObserver {
     /// Sends a server heartbeat (encoded once) to every subscriber.
     func heartbeat() {
         let frame = OutboundFrame(seq: nil, text: ServerEncoding.encode(.heartbeat(latestSeq: latestSeq)))
-        _ = deliver(frame, to: state.withLockedValue { $0.fanout }, waitForRoom: false)
+        _ = admit(frame, to: state.withLockedValue { $0.fanout })
+        let wireFrame = WireWriter.textFrame(frame.text)
+        for loop in loops.withLockedValue({ $0 }) { loop.broadcast(wireFrame) }
     }
 
     /// Refuses new connections and closes the current ones as going away.
@@ -231,18 +222,13 @@ final class FanoutHub: CartStoreObserver {
     var stats: Stats {
         Stats(
             subscribers: subscriberCount,
+            liveSubscribers: liveCount.load(ordering: .relaxed),
             expiries: expiries.load(ordering: .relaxed),
             slowConsumerDrops: slowDrops.load(ordering: .relaxed),
             latestSeq: latestSeq,
             eventsFannedOut: fannedOut.load(ordering: .relaxed),
             deliveries: deliveries.load(ordering: .relaxed))
     }
-}
-
-/// A live subscriber and where to write its frames.
-struct LiveTarget: Sendable {
-    let subscriber: Subscriber
-    let wire: WireWriter
 }
 
 /// A fixed ring of (seq, count): bounded memory for the `deliveredTo` of recent events.

@@ -48,22 +48,22 @@ final class Outbox: Sendable {
         var waiter: CheckedContinuation<Next, Never>?
         /// Once live nobody waits on `next()`; this tells the connection to close instead.
         var onClose: (@Sendable (CloseReason) -> Void)?
-        /// Where the hub writes live frames, already encoded for the wire.
-        var wire: WireWriter?
     }
 
     /// What happened to a frame offered to the outbox.
     enum Admission {
         /// Queued for the subscriber's writer (it is still sending its snapshot or backlog).
         case queued
-        /// The subscriber is live: the caller writes the frame to the connection itself.
-        case live(WireWriter)
+        /// The subscriber is live: its event loop writes it from the `LiveRing`.
+        case live
         /// Closed, or full (and so now closed as too slow).
         case refused
     }
 
     let limit: Int
     private let state = NIOLockedValueBox(State())
+    /// Set once, under the lock, by `goLive`; read without it on every event.
+    private let live = Atomic<Bool>(false)
 
     init(limit: Int) {
         self.limit = max(1, limit)
@@ -73,42 +73,47 @@ final class Outbox: Sendable {
     /// returns false without effect when it is already closed.
     @discardableResult
     func enqueue(_ item: OutboxItem) -> Bool {
-        let (accepted, waiter, next): (Bool, CheckedContinuation<Next, Never>?, Next?) = state.withLockedValue { state in
-            if state.closed != nil { return (false, nil, nil) }
-            if let waiter = state.waiter {
-                state.waiter = nil
-                return (true, waiter, .item(item))
-            }
-            guard state.items.count < limit else {
-                state.items.removeAll()
-                state.closed = .tooSlow
-                return (false, nil, nil)
-            }
-            state.items.append(item)
-            return (true, nil, nil)
-        }
-        if let waiter, let next { waiter.resume(returning: next) }
-        return accepted
+        offer(item) == .queued
     }
 
     /// Offers a frame: queued while the subscriber catches up, `.live` once it has.
     func admit(_ frame: OutboundFrame) -> Admission {
-        let wire = state.withLockedValue { state in state.closed == nil ? state.wire : nil }
-        if let wire { return .live(wire) }
-        return enqueue(.frame(frame)) ? .queued : .refused
+        if live.load(ordering: .acquiring) { return .live }
+        return offer(.frame(frame))
+    }
+
+    private func offer(_ item: OutboxItem) -> Admission {
+        let (admission, waiter): (Admission, CheckedContinuation<Next, Never>?) = state.withLockedValue { state in
+            if state.closed != nil { return (.refused, nil) }
+            // Checked under the lock too: `goLive` may have won since the caller looked.
+            if live.load(ordering: .relaxed) { return (.live, nil) }
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return (.queued, waiter)
+            }
+            guard state.items.count < limit else {
+                state.items.removeAll()
+                state.closed = .tooSlow
+                return (.refused, nil)
+            }
+            state.items.append(item)
+            return (.queued, nil)
+        }
+        waiter?.resume(returning: .item(item))
+        return admission
     }
 
     /// Switches to live delivery if nothing is queued. The writer calls it after draining;
     /// false means more frames arrived meanwhile and must be drained first. Once it returns
-    /// true, every later frame is written by the hub after everything the writer wrote.
+    /// true, every later event reaches the subscriber from the `LiveRing` instead.
     ///
     /// - Parameter onClose: called when the outbox closes later (lease expired, too slow,
     ///   shutdown), since no writer waits on it any more.
-    func goLive(wire: WireWriter, onClose: @escaping @Sendable (CloseReason) -> Void) -> Bool {
+    func goLive(onClose: @escaping @Sendable (CloseReason) -> Void) -> Bool {
         state.withLockedValue { state in
             guard state.items.isEmpty, state.closed == nil else { return false }
-            state.wire = wire
             state.onClose = onClose
+            live.store(true, ordering: .releasing)
             return true
         }
     }

@@ -7,10 +7,15 @@ import NIOWebSocket
 struct WireWriter: Sendable {
     let context: NIOLoopBound<ChannelHandlerContext>
 
-    /// Finds the frame encoder of a WebSocket channel; call on its event loop.
-    static func make(for channel: any Channel) -> EventLoopFuture<WireWriter> {
+    /// Finds the frame encoder of a WebSocket channel.
+    ///
+    /// - Parameter onWritable: called on the event loop whenever the channel's unsent bytes
+    ///   fall below the low-water mark again.
+    static func make(for channel: any Channel, onWritable: @escaping @Sendable () -> Void) -> EventLoopFuture<WireWriter> {
         channel.eventLoop.submit {
-            let context = try channel.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
+            let operations = channel.pipeline.syncOperations
+            let context = try operations.context(handlerType: WebSocketFrameEncoder.self)
+            try operations.addHandler(WritabilityRelay(onWritable: onWritable), position: .first)
             return WireWriter(context: NIOLoopBound(context, eventLoop: channel.eventLoop))
         }
     }
@@ -42,5 +47,20 @@ struct WireWriter: Sendable {
         }
         frame.writeImmutableBuffer(payload)
         return frame
+    }
+}
+
+/// Tells its owner when a channel can take more bytes, and passes the event on.
+private final class WritabilityRelay: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+    let onWritable: @Sendable () -> Void
+
+    init(onWritable: @escaping @Sendable () -> Void) {
+        self.onWritable = onWritable
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { onWritable() }
+        context.fireChannelWritabilityChanged()
     }
 }

@@ -33,11 +33,10 @@ struct SubscribeController: Sendable {
     }
 
     func handle(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel, logger: Logger) async throws {
-        // Live frames are written by the hub straight to the channel; this is how many unsent
-        // bytes a subscriber may have before it counts as too slow (the outbox limit, at about
-        // 512 bytes a message).
-        let highWater = max(64 * 1024, configuration.outboxLimit * 512)
-        try await channel.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: highWater / 2, high: highWater)).get()
+        // Live frames are written by the event loop's fan-out, which skips a connection while
+        // more than this many bytes wait unsent in it (and drops it once it falls out of the
+        // ring): bounded memory per connection however slowly its client reads.
+        try await channel.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: 16 * 1024, high: 64 * 1024)).get()
         let subscriber = Subscriber(id: Self.newID(), outboxLimit: configuration.outboxLimit)
         let logger = logger.withSubscriber(subscriber.id)
         do {
@@ -146,23 +145,31 @@ struct SubscribeController: Sendable {
     private func write(_ outbound: WebSocketOutboundWriter, channel: any Channel, subscriber: Subscriber, logger: Logger) async throws {
         /// The newest seq already sent; outbox events at or before it were in the backlog.
         var sentThrough: Int64?
+        var carts: Set<String>?
+        let fanout = hub.fanout(for: channel.eventLoop)
         var wire: WireWriter?
         while true {
-            // History sent and the queue drained: hand over to the hub, and let a later close
-            // start its own short task.
-            if sentThrough != nil {
-                if wire == nil { wire = try await WireWriter.make(for: channel).get() }
-                if let wire, subscriber.outbox.goLive(wire: wire, onClose: { reason in
+            // History sent and the queue drained: hand over to the event loop's fan-out, and
+            // let a later close start its own short task.
+            if let sentThrough {
+                if wire == nil { wire = try await WireWriter.make(for: channel, onWritable: fanout.writabilityChanged).get() }
+                if let wire, subscriber.outbox.goLive(onClose: { reason in
+                    fanout.remove(subscriber)
                     Task { try? await Self.close(outbound, for: reason) }
                 }) {
+                    fanout.add(subscriber, wire: wire, carts: carts, after: sentThrough)
                     return
                 }
             }
             switch await subscriber.outbox.next() {
-            case .item(.start(let since, let carts)):
-                sentThrough = try await sendHistory(channel, carts: carts, since: since)
+            case .item(.start(let since, let startCarts)):
+                carts = startCarts
+                sentThrough = try await sendHistory(channel, carts: startCarts, since: since)
             case .item(.frame(let frame)):
-                if let seq = frame.seq, let sentThrough, seq <= sentThrough { continue }
+                if let seq = frame.seq, let sent = sentThrough {
+                    if seq <= sent { continue }
+                    sentThrough = seq
+                }
                 try await channel.writeAndFlush(Self.textFrame(frame.text)).get()
             case .closed(let reason):
                 try await Self.close(outbound, for: reason)

@@ -1,0 +1,124 @@
+import NIOCore
+import Synchronization
+
+/// The live subscribers of one event loop, and the pass that writes them what the ring holds
+/// for them.
+///
+/// A commit pokes every loop; a poke schedules one pass unless one is already pending. A pass
+/// writes each subscriber every ring event after its cursor that it wants, then flushes it
+/// once: when events arrive faster than a pass takes, the next pass carries all of them, so a
+/// busy server makes fewer, larger `writev`s instead of falling behind one event at a time.
+///
+/// A connection whose unsent bytes pass its high-water mark is skipped (its cursor stays) until
+/// it drains; one that falls out of the ring is dropped as too slow. Nothing waits for anyone.
+final class LoopFanout: @unchecked Sendable {
+    /// A live subscriber: where it reads up to, and where to write.
+    private struct Member {
+        let subscriber: Subscriber
+        let wire: WireWriter
+        let carts: Set<String>?
+        /// The newest seq it was sent (or that it skipped as another cart's).
+        var cursor: Int64
+    }
+
+    let loop: any EventLoop
+    private unowned let hub: FanoutHub
+    private let ring: LiveRing
+    private let passPending = Atomic<Bool>(false)
+    // Touched on `loop` only (hence @unchecked Sendable).
+    private var members: [Member] = []
+    private var slotByID: [ObjectIdentifier: Int] = [:]
+
+    init(loop: any EventLoop, hub: FanoutHub, ring: LiveRing) {
+        self.loop = loop
+        self.hub = hub
+        self.ring = ring
+    }
+
+    /// From any thread: the ring has something new.
+    func poke() {
+        guard !passPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        loop.execute { self.pass() }
+    }
+
+    /// Makes `subscriber` live from the event after `cursor`.
+    func add(_ subscriber: Subscriber, wire: WireWriter, carts: Set<String>?, after cursor: Int64) {
+        loop.execute {
+            guard self.slotByID[ObjectIdentifier(subscriber)] == nil, subscriber.outbox.closedReason == nil else { return }
+            self.slotByID[ObjectIdentifier(subscriber)] = self.members.count
+            self.members.append(Member(subscriber: subscriber, wire: wire, carts: carts, cursor: cursor))
+            self.hub.liveCount.add(1, ordering: .relaxed)
+            self.pass()
+        }
+    }
+
+    func remove(_ subscriber: Subscriber) {
+        loop.execute { self.removeMember(ObjectIdentifier(subscriber)) }
+    }
+
+    /// Writes `frame` (a heartbeat) to every live subscriber that has all events and room.
+    func broadcast(_ frame: ByteBuffer) {
+        loop.execute {
+            self.pass()
+            for member in self.members where member.wire.isWritable {
+                member.wire.write(frame)
+                member.wire.flush()
+            }
+        }
+    }
+
+    /// The channel of a member became writable again: carry on where it stopped.
+    func writabilityChanged() {
+        poke()
+    }
+
+    private func pass() {
+        loop.preconditionInEventLoop()
+        passPending.store(false, ordering: .sequentiallyConsistent)
+        guard let oldest = members.lazy.map(\.cursor).min() else { return }
+        let (items, missed) = ring.items(after: oldest)
+        guard !items.isEmpty else { return }
+        let ringStart = items[0].seq
+        var index = 0
+        while index < members.count {
+            if missed, members[index].cursor + 1 < ringStart {
+                let subscriber = members[index].subscriber
+                removeMember(ObjectIdentifier(subscriber))
+                hub.drop(subscriber, because: .tooSlow)
+                continue  // the last member moved into `index`
+            }
+            write(items, to: &members[index])
+            index += 1
+        }
+    }
+
+    /// Writes `member` the items after its cursor that it wants, while its channel has room.
+    private func write(_ items: [LiveRing.Item], to member: inout Member) {
+        var wrote = false
+        for item in items where item.seq > member.cursor {
+            if member.carts?.contains(item.cartID) ?? true {
+                guard member.wire.isWritable else { break }
+                member.wire.write(item.frame)
+                wrote = true
+            }
+            member.cursor = item.seq
+        }
+        if wrote { member.wire.flush() }
+    }
+
+    private func removeMember(_ id: ObjectIdentifier) {
+        guard let index = slotByID.removeValue(forKey: id) else { return }
+        let last = members.count - 1
+        if index != last {
+            members.swapAt(index, last)
+            slotByID[ObjectIdentifier(members[index].subscriber)] = index
+        }
+        members.removeLast()
+        hub.liveCount.subtract(1, ordering: .relaxed)
+    }
+
+    var memberCount: Int {
+        loop.preconditionInEventLoop()
+        return members.count
+    }
+}
