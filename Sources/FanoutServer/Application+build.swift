@@ -1,7 +1,9 @@
 import CartStore
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
+import NIOCore
 import ServiceLifecycle
 
 /// The server, built from a configuration and an open store: what `fanout-server` runs and
@@ -48,13 +50,18 @@ func buildApplication(
     SubscribeController(store: store, hub: hub, configuration: configuration, access: access)
         .addRoutes(to: webSocketRouter)
 
+    // No WebSocket auto-ping: the protocol's own heartbeats and leases find dead subscribers,
+    // and the ping loop would be one more task per connection.
+    let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(ws: .init(
+        maxFrameSize: configuration.maxMessageSize,
+        autoPing: .disabled))
+    let webSocketResponder = webSocketRouter.buildResponder()
     let application = Application(
         router: router,
-        server: .http1WebSocketUpgrade(
-            webSocketRouter: webSocketRouter,
-            configuration: .init(ws: .init(
-                maxFrameSize: configuration.maxMessageSize,
-                autoPing: .enabled(timePeriod: .seconds(30))))),
+        server: HTTPServerBuilder { responder in
+            SmallReadBufferChannel(base: HTTP1WebSocketUpgradeChannel(
+                responder: responder, webSocketResponder: webSocketResponder, configuration: channelConfiguration))
+        },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fanout"),
         services: [LeaseReaper(hub: hub, leaseTTL: configuration.leaseTTL, heartbeatInterval: configuration.heartbeatInterval)],
         onServerRunning: { channel in
@@ -62,4 +69,31 @@ func buildApplication(
         },
         logger: logger)
     return FanoutServerApp(application: application, hub: hub, store: store, logger: logger)
+}
+
+/// The HTTP and WebSocket connections, with a smaller first receive buffer than NIO's default.
+///
+/// Every NIO channel keeps its receive buffer for reuse between reads, sized by its receive
+/// allocator: 2 KiB at first by default. An idle subscriber only ever sends heartbeats of a
+/// few dozen bytes, so with thousands of them those buffers are a sizeable part of the
+/// server's memory. The adaptive allocator still grows the buffer for a connection whose reads
+/// fill it (a large request body), up to NIO's usual 64 KiB.
+struct SmallReadBufferChannel: ServerChildChannel {
+    let base: HTTP1WebSocketUpgradeChannel
+
+    static let receiveAllocator = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<HTTP1WebSocketUpgradeChannel.Value> {
+        do {
+            // The initializer runs on the channel's event loop, before its first read.
+            try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveAllocator)
+        } catch {
+            return channel.eventLoop.makeFailedFuture(error)
+        }
+        return base.setup(channel: channel, logger: logger)
+    }
+
+    func handle(value: HTTP1WebSocketUpgradeChannel.Value, logger: Logger) async {
+        await base.handle(value: value, logger: logger)
+    }
 }

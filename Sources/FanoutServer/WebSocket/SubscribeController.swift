@@ -33,12 +33,37 @@ struct SubscribeController: Sendable {
     }
 
     func handle(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel, logger: Logger) async throws {
+        guard let subscriber = try await open(outbound: outbound, channel: channel) else { return }
+        defer { hub.disconnect(subscriber) }
+        logger.debug("subscriber connected", metadata: ["fanout.subscriber.id": "\(subscriber.id)"])
+
+        // The reader runs in this task; the writer in a task of its own that ends once the
+        // subscriber is live (or its outbox closes, which the reader does on the way out).
+        // Not a task group: an idle connection keeps the deepest async stack its task ever
+        // reached (the task allocator frees its slabs only when the task ends), and the group
+        // and its body were two more frames on it, about 2 KiB a subscriber.
+        Task {
+            // The logger with the subscriber's id is a metadata dictionary of its own: made here,
+            // it lives as long as the writer, not as long as the connection.
+            let logger = logger.withSubscriber(subscriber.id)
+            do {
+                try await write(outbound, channel: channel, subscriber: subscriber, logger: logger)
+            } catch {
+                logger.debug("subscriber writer ended", metadata: ["error": "\(error)"])
+            }
+        }
+        defer { subscriber.outbox.close(.connectionEnded) }
+        try await read(inbound, outbound: outbound, subscriber: subscriber)
+    }
+
+    /// Registers the connection with the hub and sends the welcome; nil if the hub refused it
+    /// (and the connection was closed with the reason).
+    private func open(outbound: WebSocketOutboundWriter, channel: any Channel) async throws -> Subscriber? {
         // Live frames are written by the event loop's fan-out, which skips a connection while
         // more than this many bytes wait unsent in it (and drops it once it falls out of the
         // ring): bounded memory per connection however slowly its client reads.
         try await channel.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: 16 * 1024, high: 64 * 1024)).get()
         let subscriber = Subscriber(id: Self.newID(), outboxLimit: configuration.outboxLimit)
-        let logger = logger.withSubscriber(subscriber.id)
         do {
             try hub.connect(subscriber, maxConnections: configuration.maxSubscribers)
         } catch {
@@ -46,28 +71,21 @@ struct SubscribeController: Sendable {
                 ? (WebSocketErrorCode(codeNumber: Int(FanoutCloseCode.serverFull.rawValue)), "server full")
                 : (WebSocketErrorCode.goingAway, "server shutting down")
             try await outbound.close(code, reason: reason)
-            return
+            return nil
         }
-        defer { hub.disconnect(subscriber) }
-        logger.debug("subscriber connected")
-
         let welcome = ServerMessage.welcome(.init(
             subscriberID: subscriber.id,
             heartbeatInterval: configuration.heartbeatInterval.seconds,
             leaseTTL: configuration.leaseTTL.seconds,
             latestSeq: hub.latestSeq))
         // Straight to the channel, like everything that follows it: one path keeps the order.
-        try await channel.writeAndFlush(Self.textFrame(ServerEncoding.encode(welcome))).get()
-
-        // The reader runs in this task, the writer in a child that ends once the subscriber is
-        // live: an idle connection holds as few tasks as possible.
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask {
-                try await write(outbound, channel: channel, subscriber: subscriber, logger: logger)
-            }
-            defer { subscriber.outbox.close(.connectionEnded) }
-            try await read(inbound, outbound: outbound, subscriber: subscriber)
+        do {
+            try await channel.writeAndFlush(Self.textFrame(ServerEncoding.encode(welcome))).get()
+        } catch {
+            hub.disconnect(subscriber)
+            throw error
         }
+        return subscriber
     }
 
     // MARK: Reader
@@ -75,8 +93,10 @@ struct SubscribeController: Sendable {
     private func read(_ inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, subscriber: Subscriber) async throws {
         // Returning ends the connection; the outbox closes on the way out (see `handle`).
         var subscribed = false
+        // The inbound iterator itself, not `messages(maxSize:)`: one async frame less.
+        var messages = inbound.makeAsyncIterator()
         do {
-            for try await message in inbound.messages(maxSize: configuration.maxMessageSize) {
+            while let message = try await messages.nextMessage(maxSize: configuration.maxMessageSize) {
                 subscriber.heard()
                 guard case .text(let text) = message else {
                     try await sendError(outbound, code: "binary_not_supported", "send JSON text frames, not binary")
