@@ -6,6 +6,8 @@ import NIOWebSocket
 /// header allocation or handler hops. Used on the connection's event loop only.
 struct WireWriter: Sendable {
     let context: NIOLoopBound<ChannelHandlerContext>
+    /// Held directly: asking the context for it costs a pipeline lookup and retains per write.
+    let channel: any Channel
 
     /// Finds the frame encoder of a WebSocket channel.
     ///
@@ -16,12 +18,12 @@ struct WireWriter: Sendable {
             let operations = channel.pipeline.syncOperations
             let context = try operations.context(handlerType: WebSocketFrameEncoder.self)
             try operations.addHandler(WritabilityRelay(onWritable: onWritable), position: .first)
-            return WireWriter(context: NIOLoopBound(context, eventLoop: channel.eventLoop))
+            return WireWriter(context: NIOLoopBound(context, eventLoop: channel.eventLoop), channel: channel)
         }
     }
 
     var eventLoop: any EventLoop { context.eventLoop }
-    var isWritable: Bool { context.value.channel.isWritable }
+    var isWritable: Bool { channel.isWritable }
 
     func write(_ frameBytes: ByteBuffer) {
         context.value.write(NIOAny(frameBytes), promise: nil)
