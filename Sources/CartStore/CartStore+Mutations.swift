@@ -80,50 +80,76 @@ extension CartStore {
         }
     }
 
-    /// The one write path: a transaction that checks, validates, changes the rows and appends
-    /// the event; then, after commit and still serialised with other writes, delivery.
+    /// The one write path: checks, validates, changes the rows and appends the event, inside a
+    /// savepoint of a group-commit transaction; after the commit, and still serialised with
+    /// other writes, delivery.
     private func commit(
         cartID: String, expectedVersion: Int64?, mustExist: Bool,
         decide: @escaping @Sendable (Cart) throws -> CartChange
     ) async throws -> CartCommit {
         try CartLimits.checkCartID(cartID)
-        return try await writer.writeWithoutTransaction { db in
-            var result: CartCommit?
-            try db.inTransaction(.immediate) {
-                let before = try Self.loadCart(cartID, db) ?? Cart(id: cartID)
-                if mustExist && before.version == 0 {
-                    throw CartStoreError(.cartNotFound, "no cart \(cartID)")
+        return try await withCheckedThrowingContinuation { caller in
+            let mutation = GroupCommit.Mutation(body: { db in
+                try self.apply(cartID: cartID, expectedVersion: expectedVersion, mustExist: mustExist, decide: decide, db)
+            }, caller: caller)
+            do {
+                if try commits.enqueue(mutation) {
+                    writer.asyncWriteWithoutTransaction { db in self.drainCommits(db) }
                 }
-                if let expectedVersion, expectedVersion != before.version {
-                    throw CartStoreError(
-                        .versionConflict,
-                        "cart \(cartID) is at version \(before.version), not \(expectedVersion)")
-                }
-                let change = try decide(before)
-                var eventRow = try CartEventRow(
-                    cartID: cartID, change: change, cartVersion: before.version + 1,
-                    committedAt: Date().millisecondsSince1970)
-                // Validators see the outcome before anything is written; a throw rolls back.
-                let pending = CartEvent(
-                    seq: 0, cartID: cartID, change: change, version: eventRow.cartVersion,
-                    committedAt: Date(millisecondsSince1970: eventRow.committedAt))
-                var after = before
-                after.apply(pending)
-                let proposal = CartChangeProposal(cartID: cartID, change: change, before: before, after: after)
-                try self.observers.forEachNow { try $0.cartStore(self, validate: proposal) }
-
-                try eventRow.insert(db)
-                var event = pending
-                event.seq = db.lastInsertedRowID
-                try CartRow(id: cartID, version: after.version).upsert(db)
-                try Self.write(change, of: cartID, position: event.seq, db)
-                result = CartCommit(cart: after, event: event)
-                return .commit
+            } catch {
+                caller.resume(throwing: error)
             }
-            guard let result else { preconditionFailure("transaction committed without a result") }
-            self.deliver(result.event)
-            return result
         }
+    }
+
+    /// On the writer: commits waiting mutations a batch at a time until none is left.
+    private func drainCommits(_ db: Database) {
+        while let batch = commits.nextBatch() {
+            let outcomes: [Result<CartCommit, any Error>]
+            do {
+                outcomes = try commits.commit(batch, db)
+            } catch {
+                for mutation in batch { mutation.caller.resume(throwing: error) }
+                continue
+            }
+            for case .success(let commit) in outcomes { deliver(commit.event) }
+            for (mutation, outcome) in zip(batch, outcomes) { mutation.caller.resume(with: outcome) }
+        }
+    }
+
+    /// One mutation, inside the batch's transaction.
+    private func apply(
+        cartID: String, expectedVersion: Int64?, mustExist: Bool,
+        decide: (Cart) throws -> CartChange, _ db: Database
+    ) throws -> CartCommit {
+        let before = try Self.loadCart(cartID, db) ?? Cart(id: cartID)
+        if mustExist && before.version == 0 {
+            throw CartStoreError(.cartNotFound, "no cart \(cartID)")
+        }
+        if let expectedVersion, expectedVersion != before.version {
+            throw CartStoreError(
+                .versionConflict,
+                "cart \(cartID) is at version \(before.version), not \(expectedVersion)")
+        }
+        let change = try decide(before)
+        var eventRow = try CartEventRow(
+            cartID: cartID, change: change, cartVersion: before.version + 1,
+            committedAt: Date().millisecondsSince1970)
+        // Validators see the outcome before anything is written; a throw rolls back.
+        let pending = CartEvent(
+            seq: 0, cartID: cartID, change: change, version: eventRow.cartVersion,
+            committedAt: Date(millisecondsSince1970: eventRow.committedAt))
+        var after = before
+        after.apply(pending)
+        let proposal = CartChangeProposal(cartID: cartID, change: change, before: before, after: after)
+        try observers.forEachNow { try $0.cartStore(self, validate: proposal) }
+
+        try eventRow.insert(db)
+        var event = pending
+        event.seq = db.lastInsertedRowID
+        try CartRow(id: cartID, version: after.version).upsert(db)
+        try Self.write(change, of: cartID, position: event.seq, db)
+        return CartCommit(cart: after, event: event)
     }
 
     private static func write(_ change: CartChange, of cartID: String, position: Int64, _ db: Database) throws {

@@ -3,9 +3,10 @@ import GRDB
 
 /// Shopping carts persisted in SQLite, with a durable event log and weakly held observers.
 ///
-/// Every mutation is one SQLite transaction that changes the cart rows and appends one event
-/// to `cart_events`; the event's `seq` is strictly increasing and gap-free. After the commit,
-/// and in seq order, the event is delivered to `observers`. Invalid input and vetoed changes
+/// Every mutation changes the cart rows and appends one event to `cart_events` atomically (a
+/// savepoint; concurrent mutations share one transaction and one sync, see `GroupCommit`); the
+/// event's `seq` is strictly increasing and gap-free. After the commit, and in seq order, the
+/// event is delivered to `observers`. Invalid input and vetoed changes
 /// throw a `CartStoreError` (or the validator's error) and write nothing.
 ///
 /// The API is `async`: callers never block a thread on SQLite, and an observer callback, which
@@ -24,6 +25,8 @@ public final class CartStore: Sendable {
     public let observers = ObserverSet()
 
     let writer: any DatabaseWriter
+    /// Mutations waiting for `writer`, committed in batches.
+    let commits: GroupCommit
 
     /// Opens (creating if needed) the database at `path` in WAL mode and migrates it.
     ///
@@ -49,8 +52,10 @@ public final class CartStore: Sendable {
         try CartStore(writer: DatabaseQueue())
     }
 
-    init(writer: any DatabaseWriter) throws {
+    /// - Parameter commitLimit: how many mutations may wait for the writer (see `GroupCommit`).
+    init(writer: any DatabaseWriter, commitLimit: Int = 4_096) throws {
         self.writer = writer
+        self.commits = GroupCommit(limit: commitLimit)
         try Schema.migrate(writer)
     }
 

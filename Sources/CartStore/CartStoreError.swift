@@ -24,6 +24,8 @@ public struct CartStoreError: Error, Sendable, Hashable, CustomStringConvertible
         case historyTooOld = "history_too_old"
         /// The database was migrated by a newer version of this software.
         case schemaTooNew = "schema_too_new"
+        /// Too many changes are already waiting to be written: retry shortly.
+        case overloaded = "overloaded"
     }
 
     public let code: Code

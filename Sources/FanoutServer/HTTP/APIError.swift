@@ -39,6 +39,7 @@ extension APIError {
         case .quantityOverflow, .tooManyItems, .sinceAhead: .conflict
         case .historyTooOld: .gone
         case .schemaTooNew: .internalServerError
+        case .overloaded: .serviceUnavailable
         case .invalidCartID, .invalidSKU, .invalidQuantity, .invalidPrice, .invalidName, .invalidLimit, .invalidSince:
             .unprocessableContent
         }

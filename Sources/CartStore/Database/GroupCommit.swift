@@ -1,0 +1,86 @@
+import GRDB
+import Synchronization
+
+/// Mutations waiting for the writer connection, committed a batch per transaction.
+///
+/// Concurrent callers of the store's mutations queue here. One drain at a time runs on the
+/// writer: it takes up to `maxBatch` mutations, runs each in a savepoint of one transaction
+/// (a refused or vetoed mutation rolls back alone), commits once — one WAL sync for the whole
+/// batch — then delivers the events in seq order and answers each caller. A caller is answered
+/// only after the commit that holds its change, so what is acknowledged is as durable as with a
+/// transaction per mutation; the batch only shares the sync.
+///
+/// At most `limit` mutations wait; beyond that a caller gets `overloaded` at once instead of
+/// queueing without bound.
+final class GroupCommit: Sendable {
+    struct Mutation: Sendable {
+        /// Runs inside the batch's transaction: checks, validates and writes one change.
+        let body: @Sendable (Database) throws -> CartCommit
+        let caller: CheckedContinuation<CartCommit, any Error>
+    }
+
+    static let maxBatch = 64
+    let limit: Int
+    private let state = Mutex<(waiting: [Mutation], draining: Bool)>(([], false))
+    /// Transactions committed or attempted so far.
+    let transactions = Atomic<Int>(0)
+
+    init(limit: Int = 4_096) {
+        self.limit = limit
+    }
+
+    /// Queues a mutation. Returns true when the caller must start a drain (none is running).
+    func enqueue(_ mutation: Mutation) throws -> Bool {
+        try state.withLock { state in
+            guard state.waiting.count < limit else {
+                throw CartStoreError(.overloaded, "\(limit) changes are already waiting to be written; retry shortly")
+            }
+            state.waiting.append(mutation)
+            defer { state.draining = true }
+            return !state.draining
+        }
+    }
+
+    var waitingCount: Int { state.withLock { $0.waiting.count } }
+
+    /// The next batch; nil (and the drain ends) when nothing waits.
+    func nextBatch() -> [Mutation]? {
+        state.withLock { state in
+            guard !state.waiting.isEmpty else {
+                state.draining = false
+                return nil
+            }
+            let batch = Array(state.waiting.prefix(Self.maxBatch))
+            state.waiting.removeFirst(batch.count)
+            return batch
+        }
+    }
+
+    /// Commits `batch` in one transaction. Returns each mutation's outcome, in order; throws
+    /// when the transaction itself failed, and then nothing of the batch was written.
+    func commit(_ batch: [Mutation], _ db: Database) throws -> [Result<CartCommit, any Error>] {
+        transactions.add(1, ordering: .relaxed)
+        var outcomes: [Result<CartCommit, any Error>] = []
+        outcomes.reserveCapacity(batch.count)
+        try db.inTransaction(.immediate) {
+            for mutation in batch {
+                do {
+                    var commit: CartCommit?
+                    try db.inSavepoint {
+                        commit = try mutation.body(db)
+                        return .commit
+                    }
+                    guard let commit else { preconditionFailure("savepoint released without a result") }
+                    outcomes.append(.success(commit))
+                } catch {
+                    // Some SQLite errors (disk full, I/O) roll the whole transaction back: then
+                    // the batch's earlier changes are gone too, and it fails as one.
+                    guard db.isInsideTransaction else { throw error }
+                    outcomes.append(.failure(error))
+                }
+            }
+            return .commit
+        }
+        return outcomes
+    }
+}
