@@ -17,7 +17,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
-        // Already there under Hummingbird; named for NIOEmbedded in the server's unit tests.
+        // Already there under Hummingbird; named for NIOEmbedded in the server's unit tests and
+        // for the bench's subscribers, which are plain NIO channels.
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
     ],
@@ -51,6 +52,10 @@ let package = Package(
                 "FanoutProtocol",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
             ]
         ),
         // Build-time tool: turns migrations/*.sql into Swift source so every binary carries its schema.

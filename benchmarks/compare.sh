@@ -333,6 +333,7 @@ def loaded(run, title):
         ("lost", ("lost",), 0),
         ("duplicated", ("duplicated",), 0),
         ("server CPU per delivery (µs)", ("serverCpuMicrosPerDelivery",), 2),
+        ("bench CPU per delivery (µs)", ("clientCpuMicrosPerDelivery",), 2),
     ]:
         row(label, get(run, "fanout", *path), get(run, "nchan", *path), decimals)
     print()

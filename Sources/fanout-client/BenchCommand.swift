@@ -1,8 +1,6 @@
 import ArgumentParser
 import FanoutProtocol
 import Foundation
-import HummingbirdWSClient
-import Logging
 import Synchronization
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -56,12 +54,15 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Bearer token for fanout-server (or set FANOUT_TOKEN).")
     var token: String?
 
+    @Option(help: "Threads receiving for the subscribers (default: half the cores, at least 1).")
+    var receiveThreads: Int?
+
     func validate() throws {
         guard let components = URLComponents(string: url), ["http", "https"].contains(components.scheme ?? "") else {
             throw ValidationError("--url must be the server's http:// URL (got \(url))")
         }
-        guard subscribers >= 0, events >= 0, writers >= 1 else {
-            throw ValidationError("--subscribers and --events must be ≥ 0, --writers ≥ 1")
+        guard subscribers >= 0, events >= 0, writers >= 1, (receiveThreads ?? 1) >= 1 else {
+            throw ValidationError("--subscribers and --events must be ≥ 0, --writers and --receive-threads ≥ 1")
         }
     }
 
@@ -69,9 +70,11 @@ struct BenchCommand: AsyncParsableCommand {
         let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         let target = BenchTarget(peer: peer, baseURL: url, token: token)
         let server = ProcessMeter(pids: serverPIDs)
+        // This process too: what receiving and writing cost the bench itself.
+        let bench = ProcessMeter(pids: [getpid()])
         let rssBefore = server.rssKiB()
 
-        let fleet = SubscriberFleet(target: target)
+        let fleet = SubscriberFleet(target: target, threads: receiveThreads ?? SubscriberFleet.defaultThreads)
         try await fleet.connect(count: subscribers)
 
         guard events > 0 else {
@@ -84,6 +87,7 @@ struct BenchCommand: AsyncParsableCommand {
         }
 
         let cpuBefore = server.cpuSeconds()
+        let benchCpuBefore = bench.cpuSeconds()
         let clock = ContinuousClock()
         let start = clock.now
         let writes = try await Writers(target: target, count: writers).perform(events, clock: clock)
@@ -91,13 +95,17 @@ struct BenchCommand: AsyncParsableCommand {
         let acknowledged = Set(writes.map(\.seq))
         await fleet.waitForDeliveries(of: acknowledged, timeout: .seconds(drainTimeout))
         let cpuAfter = server.cpuSeconds()
+        let benchCpuAfter = bench.cpuSeconds()
 
         var report = BenchReport(
             peer: peer.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: events, writers: writers,
             rssBefore: rssBefore, rss: server.rssKiB())
-        report.record(writes: writes, receipts: fleet.receipts(), start: start, writesDone: writesDone, clock: clock)
+        report.record(writes: writes, receipts: await fleet.receipts(), start: start, writesDone: writesDone, clock: clock)
         if let cpuBefore, let cpuAfter {
             report.serverCpuSeconds = cpuAfter - cpuBefore
+        }
+        if let benchCpuBefore, let benchCpuAfter {
+            report.clientCpuSeconds = benchCpuAfter - benchCpuBefore
         }
         print(report.json())
         // Thousands of open sockets close faster with the process than one by one.
@@ -116,34 +124,50 @@ struct BenchTarget: Sendable {
         return ws + (peer == .fanout ? "/subscribe" : "/sub/bench")
     }
 
-    /// Seqs in a received text: fanout events carry `"seq":N` with `"type":"event"`; what we
-    /// publish to nchan is `{"seq":N}`. Scanned, not decoded: the client shares two cores
-    /// with the server and must not be the bottleneck.
-    static func seq(in text: Substring.UTF8View) -> Int64? {
-        let key = Array(#""seq":"#.utf8)
-        var index = text.startIndex
-        outer: while index < text.endIndex {
-            var probe = index
-            for byte in key {
-                guard probe < text.endIndex, text[probe] == byte else {
-                    index = text.index(after: index)
-                    continue outer
-                }
-                probe = text.index(after: probe)
-            }
-            var value: Int64 = 0
-            var digits = 0
-            while probe < text.endIndex, let digit = Optional(text[probe]), (48...57).contains(digit) {
-                value = value * 10 + Int64(digit - 48)
-                digits += 1
-                probe = text.index(after: probe)
-            }
-            return digits > 0 ? value : nil
+    /// The seq of a received message: fanout events carry `"seq":N` with `"type":"event"`;
+    /// what we publish to nchan is `{"seq":N}`. Scanned, not decoded: the client shares two
+    /// cores with the server and must not be the bottleneck.
+    static func seq<Bytes: Collection<UInt8>>(in bytes: Bytes) -> Int64? {
+        guard var probe = end(of: seqKey, in: bytes) else { return nil }
+        var value: Int64 = 0
+        var digits = 0
+        while probe < bytes.endIndex, case let digit = bytes[probe], (48...57).contains(digit) {
+            value = value * 10 + Int64(digit - 48)
+            digits += 1
+            probe = bytes.index(after: probe)
         }
-        return nil
+        return digits > 0 ? value : nil
     }
 
-    func isDelivery(_ text: String) -> Bool {
-        peer == .nchan || text.contains(#""type":"event""#)
+    /// Whether a text message received from `peer` is one of the deliveries the bench counts.
+    static func isDelivery<Bytes: Collection<UInt8>>(_ bytes: Bytes, from peer: BenchCommand.Peer) -> Bool {
+        peer == .nchan || contains(eventType, in: bytes)
+    }
+
+    static let welcomeType = Array(#""type":"welcome""#.utf8)
+    private static let eventType = Array(#""type":"event""#.utf8)
+    private static let seqKey = Array(#""seq":"#.utf8)
+
+    /// Whether `key` occurs in `bytes`.
+    static func contains<Bytes: Collection<UInt8>>(_ key: [UInt8], in bytes: Bytes) -> Bool {
+        end(of: key, in: bytes) != nil
+    }
+
+    /// The index just after the first occurrence of `key` in `bytes`.
+    private static func end<Bytes: Collection<UInt8>>(of key: [UInt8], in bytes: Bytes) -> Bytes.Index? {
+        guard let first = key.first else { return bytes.startIndex }
+        var from = bytes.startIndex
+        search: while let start = bytes[from...].firstIndex(of: first) {
+            var probe = bytes.index(after: start)
+            for byte in key.dropFirst() {
+                guard probe < bytes.endIndex, bytes[probe] == byte else {
+                    from = bytes.index(after: start)
+                    continue search
+                }
+                probe = bytes.index(after: probe)
+            }
+            return probe
+        }
+        return nil
     }
 }

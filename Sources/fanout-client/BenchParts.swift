@@ -1,115 +1,9 @@
 import FanoutProtocol
 import Foundation
-import HummingbirdWSClient
-import Logging
 import Synchronization
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-
-/// One receipt: which seq, when (nanoseconds on the bench's clock).
-struct Receipt: Sendable {
-    var seq: Int64
-    var at: ContinuousClock.Instant
-}
-
-/// The bench's subscribers: connected a window at a time, each recording its receipts.
-final class SubscriberFleet: Sendable {
-    private final class Member: Sendable {
-        let receipts = Mutex<[Receipt]>([])
-        let ready = Atomic<Bool>(false)
-    }
-
-    let target: BenchTarget
-    private let members = Mutex<[Member]>([])
-    private let readyCount = Atomic<Int>(0)
-    private let failed = Atomic<Int>(0)
-
-    init(target: BenchTarget) {
-        self.target = target
-    }
-
-    var connectedCount: Int { readyCount.load(ordering: .relaxed) }
-
-    /// Opens `count` subscribers, at most 200 handshakes in flight, and waits until all are
-    /// subscribed (or have failed).
-    func connect(count: Int) async throws {
-        for index in 0..<count {
-            let member = Member()
-            members.withLock { $0.append(member) }
-            Task { await self.run(member) }
-            if index % 100 == 99 {
-                while readyCount.load(ordering: .relaxed) + failed.load(ordering: .relaxed) < index - 200 {
-                    try await Task.sleep(for: .milliseconds(5))
-                }
-            }
-        }
-        let deadline = ContinuousClock.now + .seconds(60)
-        while readyCount.load(ordering: .relaxed) + failed.load(ordering: .relaxed) < count, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        if failed.load(ordering: .relaxed) > 0 {
-            FileHandle.standardError.write(Data("bench: \(failed.load(ordering: .relaxed)) subscribers failed to connect\n".utf8))
-        }
-    }
-
-    private func run(_ member: Member) async {
-        var logger = Logger(label: "bench")
-        logger.logLevel = .critical
-        let target = target
-        do {
-            try await WebSocketClient.connect(url: target.subscribeURL, configuration: Self.configuration(target), logger: logger) { inbound, outbound, _ in
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    if target.peer == .nchan {
-                        member.ready.store(true, ordering: .relaxed)
-                        self.readyCount.add(1, ordering: .relaxed)
-                    }
-                    for try await message in inbound.messages(maxSize: 1 << 20) {
-                        let now = ContinuousClock.now
-                        guard case .text(let text) = message else { continue }
-                        if target.isDelivery(text), let seq = BenchTarget.seq(in: text[...].utf8) {
-                            member.receipts.withLock { $0.append(Receipt(seq: seq, at: now)) }
-                        } else if target.peer == .fanout, text.contains(#""type":"welcome""#),
-                                  let welcome = try? FanoutJSON.decoder().decode(ServerMessage.self, from: Data(text.utf8)),
-                                  case .welcome(let info) = welcome {
-                            try await SubscriberHandshake.answer(info, carts: nil, since: info.latestSeq, outbound: outbound, heartbeatsIn: &group)
-                            member.ready.store(true, ordering: .relaxed)
-                            self.readyCount.add(1, ordering: .relaxed)
-                        }
-                    }
-                    group.cancelAll()
-                }
-            }
-        } catch {
-            if !member.ready.load(ordering: .relaxed) { failed.add(1, ordering: .relaxed) }
-        }
-    }
-
-    private static func configuration(_ target: BenchTarget) -> WebSocketClientConfiguration {
-        var configuration = WebSocketClientConfiguration()
-        configuration.autoPing = .disabled
-        if let token = target.token { configuration.additionalHeaders[.authorization] = "Bearer \(token)" }
-        return configuration
-    }
-
-    /// Waits until every subscriber has received every seq in `expected`, or `timeout` passes.
-    func waitForDeliveries(of expected: Set<Int64>, timeout: Duration) async {
-        let deadline = ContinuousClock.now + timeout
-        let all = members.withLock { $0 }
-        while ContinuousClock.now < deadline {
-            let behind = all.contains { member in
-                member.ready.load(ordering: .relaxed) && member.receipts.withLock { $0.count } < expected.count
-            }
-            if !behind { return }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-    }
-
-    /// Receipts of each subscriber that was connected.
-    func receipts() -> [[Receipt]] {
-        members.withLock { $0 }.filter { $0.ready.load(ordering: .relaxed) }.map { $0.receipts.withLock { $0 } }
-    }
-}
 
 /// One acknowledged write: its seq and when its request was sent.
 struct Write: Sendable {
@@ -164,7 +58,7 @@ struct Writers: Sendable {
         guard let (data, response) = try? await URLSession.shared.data(for: request),
               let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status) else { return nil }
         if let publishedSeq { return Write(seq: publishedSeq, sentAt: sentAt) }
-        guard let seq = BenchTarget.seq(in: String(decoding: data, as: UTF8.self)[...].utf8) else { return nil }
+        guard let seq = BenchTarget.seq(in: data) else { return nil }
         return Write(seq: seq, sentAt: sentAt)
     }
 }
@@ -233,6 +127,11 @@ struct BenchReport: Encodable {
         didSet { serverCpuMicrosPerDelivery = serverCpuSeconds.map { deliveries > 0 ? $0 * 1e6 / Double(deliveries) : 0 } }
     }
     var serverCpuMicrosPerDelivery: Double?
+    /// The bench's own CPU over the same span (writers and subscribers).
+    var clientCpuSeconds: Double? {
+        didSet { clientCpuMicrosPerDelivery = clientCpuSeconds.map { deliveries > 0 ? $0 * 1e6 / Double(deliveries) : 0 } }
+    }
+    var clientCpuMicrosPerDelivery: Double?
     var serverRssKiB: Int?
     var serverRssBeforeKiB: Int?
 

@@ -1,0 +1,348 @@
+import FanoutProtocol
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOWebSocket
+import Synchronization
+
+/// One receipt: which seq, when (nanoseconds on the bench's clock).
+struct Receipt: Sendable {
+    var seq: Int64
+    var at: ContinuousClock.Instant
+}
+
+/// The bench's subscribers: connected a window at a time, each recording its receipts.
+///
+/// Receiving is most of what the bench does (one receipt per subscriber per write), on the
+/// cores the measured server also runs on, so it is kept as cheap as it can be, the same for
+/// both peers: plain SwiftNIO channels, each frame handled on its channel's event loop as
+/// soon as it is decoded (timestamp, seq scanned from the payload's bytes, receipt appended
+/// to an array only that loop touches). No task, no `String` and no lock per message; the
+/// arrays are read on their loops when the run is over.
+final class SubscriberFleet: Sendable {
+    /// The subscribers of one event loop, only ever touched on that loop.
+    private struct Shard: Sendable {
+        let loop: any EventLoop
+        let handlers: NIOLoopBoundBox<[BenchSubscriberHandler]>
+
+        init(loop: any EventLoop) {
+            self.loop = loop
+            self.handlers = .makeBoxSendingValue([], eventLoop: loop)
+        }
+    }
+
+    /// One connection attempt, counted once: as ready or as failed, whichever comes first.
+    private final class Attempt: Sendable {
+        private let settled = Atomic<Bool>(false)
+
+        /// True the first time only.
+        func settle() -> Bool {
+            !settled.exchange(true, ordering: .relaxed)
+        }
+    }
+
+    /// Largest frame accepted; a fanout snapshot can be big, deliveries are small.
+    static let maxFrameSize = 1 << 20
+
+    let target: BenchTarget
+    private let group: any EventLoopGroup
+    private let shards: [Shard]
+    private let readyCount = Atomic<Int>(0)
+    private let failed = Atomic<Int>(0)
+
+    /// - Parameter threads: event loops receiving for the subscribers (see `defaultThreads`).
+    init(target: BenchTarget, threads: Int = SubscriberFleet.defaultThreads) {
+        self.target = target
+        // Never shut down: the bench exits with its sockets open (see `BenchCommand.run`).
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, threads))
+        self.group = group
+        self.shards = group.makeIterator().map(Shard.init(loop:))
+    }
+
+    /// Half the cores: the server under test runs on the same machine and needs the rest.
+    /// One loop per core does not receive more (the server is then short of CPU), and each
+    /// loop finds fewer frames per wake-up, so every frame costs more: on 2 cores with 1 000
+    /// subscribers, 2 loops took about 1.4 times the CPU per delivery that 1 loop took.
+    static var defaultThreads: Int { max(1, System.coreCount / 2) }
+
+    var connectedCount: Int { readyCount.load(ordering: .relaxed) }
+
+    /// Opens `count` subscribers, at most 200 handshakes in flight, and waits until all are
+    /// subscribed (or have failed).
+    func connect(count: Int) async throws {
+        guard count > 0 else { return }
+        let endpoint = try Endpoint(target)
+        for index in 0..<count {
+            open(endpoint)
+            if index % 100 == 99 {
+                while readyCount.load(ordering: .relaxed) + failed.load(ordering: .relaxed) < index - 200 {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+            }
+        }
+        let deadline = ContinuousClock.now + .seconds(60)
+        while readyCount.load(ordering: .relaxed) + failed.load(ordering: .relaxed) < count, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        if failed.load(ordering: .relaxed) > 0 {
+            FileHandle.standardError.write(Data("bench: \(failed.load(ordering: .relaxed)) subscribers failed to connect\n".utf8))
+        }
+    }
+
+    /// Starts one subscriber's connection; its outcome arrives through `settle`.
+    private func open(_ endpoint: Endpoint) {
+        let attempt = Attempt()
+        let settle: @Sendable (_ ready: Bool) -> Void = { [self] ready in
+            guard attempt.settle() else { return }
+            if ready {
+                readyCount.add(1, ordering: .relaxed)
+            } else {
+                failed.add(1, ordering: .relaxed)
+            }
+        }
+        let bootstrap = ClientBootstrap(group: group)
+            .channelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try self.configureUpgrade(of: channel, endpoint: endpoint, settle: settle).whenComplete { result in
+                        // Upgraded: the handler settles (fanout: on the welcome). Refused or failed: over.
+                        if case .success(true) = result { return }
+                        settle(false)
+                        channel.close(promise: nil)
+                    }
+                }
+            }
+        let connected = if let address = endpoint.address {
+            bootstrap.connect(to: address)
+        } else {
+            bootstrap.connect(host: endpoint.host, port: endpoint.port)
+        }
+        connected.whenFailure { _ in settle(false) }
+    }
+
+    /// HTTP/1.1 with the WebSocket upgrade, then (upgraded) the frame codec and a
+    /// `BenchSubscriberHandler`, registered with its loop's shard. The future tells whether
+    /// the server upgraded.
+    private func configureUpgrade(
+        of channel: any Channel, endpoint: Endpoint, settle: @escaping @Sendable (_ ready: Bool) -> Void
+    ) throws -> EventLoopFuture<Bool> {
+        let peer = target.peer
+        guard let shard = shards.first(where: { $0.loop === channel.eventLoop }) else {
+            throw ClientFailure("bench: a channel on an event loop outside the fleet's group")
+        }
+        let upgrader = NIOTypedWebSocketClientUpgrader<Bool>(maxFrameSize: Self.maxFrameSize) { channel, _ in
+            channel.eventLoop.makeCompletedFuture {
+                let handler = BenchSubscriberHandler(peer: peer, settle: settle)
+                try channel.pipeline.syncOperations.addHandler(handler)
+                shard.handlers.value.append(handler)
+                return true
+            }
+        }
+        var configuration = NIOUpgradableHTTPClientPipelineConfiguration(
+            upgradeConfiguration: NIOTypedHTTPClientUpgradeConfiguration(
+                upgradeRequestHead: endpoint.requestHead, upgraders: [upgrader],
+                notUpgradingCompletionHandler: { channel in channel.eventLoop.makeSucceededFuture(false) }))
+        // fanout-server may send its welcome in the same read as its 101 response.
+        configuration.leftOverBytesStrategy = .forwardBytes
+        return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(configuration: configuration)
+    }
+
+    /// Waits until every subscriber has received every seq in `expected`, or `timeout` passes.
+    func waitForDeliveries(of expected: Set<Int64>, timeout: Duration) async {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if await !isAnySubscriberBehind(expected.count) { return }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// Whether a subscriber that got ready has fewer than `count` receipts, asked on each loop.
+    private func isAnySubscriberBehind(_ count: Int) async -> Bool {
+        for shard in shards {
+            let behind = try? await shard.loop.submit {
+                shard.handlers.value.contains { $0.isReady && $0.receipts.count < count }
+            }.get()
+            if behind ?? false { return true }
+        }
+        return false
+    }
+
+    /// Receipts of each subscriber that was connected, collected on their loops.
+    func receipts() async -> [[Receipt]] {
+        var all: [[Receipt]] = []
+        for shard in shards {
+            all += (try? await shard.loop.submit {
+                shard.handlers.value.filter(\.isReady).map(\.receipts)
+            }.get()) ?? []
+        }
+        return all
+    }
+}
+
+/// Where the subscribers connect and the upgrade request they send, worked out once.
+private struct Endpoint: Sendable {
+    let host: String
+    let port: Int
+    /// The host as an IP address; a name is resolved at each connection instead.
+    let address: SocketAddress?
+    let requestHead: HTTPRequestHead
+
+    init(_ target: BenchTarget) throws {
+        let url = target.subscribeURL
+        guard let components = URLComponents(string: url), let host = components.host, !host.isEmpty else {
+            throw ClientFailure("bench: bad subscribe URL \(url)")
+        }
+        guard components.scheme == "ws" else {
+            throw ClientFailure("bench: subscribers speak plain ws:// only (got \(url))")
+        }
+        self.host = host
+        port = components.port ?? 80
+        address = try? SocketAddress(ipAddress: host, port: port)
+        let hostHeader = host.contains(":") ? "[\(host)]" : host
+        var headers = HTTPHeaders()
+        headers.add(name: "Host", value: components.port == nil ? hostHeader : "\(hostHeader):\(port)")
+        if let token = target.token { headers.add(name: "Authorization", value: "Bearer \(token)") }
+        let path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
+        let uri = components.percentEncodedQuery.map { "\(path)?\($0)" } ?? path
+        requestHead = HTTPRequestHead(version: .http1_1, method: .GET, uri: uri, headers: headers)
+    }
+}
+
+/// One bench subscriber's WebSocket, once upgraded: records deliveries as they are decoded,
+/// subscribes and heartbeats (fanout), answers pings and closes.
+///
+/// Lives on its channel's event loop, like everything it owns.
+final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    /// A fragmented message being received.
+    private enum Fragments {
+        case none
+        case text(ByteBuffer)
+        case binary
+    }
+
+    /// This subscriber's deliveries, in arrival order.
+    private(set) var receipts: [Receipt] = []
+    /// Subscribed: for fanout, once the subscribe message has gone; for nchan, once upgraded.
+    private(set) var isReady = false
+
+    private let peer: BenchCommand.Peer
+    /// Reports the connection's outcome to the fleet (only the first call counts).
+    private let settle: @Sendable (_ ready: Bool) -> Void
+    private var heartbeats: RepeatedTask?
+    private var fragments = Fragments.none
+    private var closeSent = false
+
+    init(peer: BenchCommand.Peer, settle: @escaping @Sendable (_ ready: Bool) -> Void) {
+        self.peer = peer
+        self.settle = settle
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        // nchan has nothing to negotiate: connected is subscribed.
+        if peer == .nchan { becomeReady() }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let now = ContinuousClock.now
+        let frame = unwrapInboundIn(data)
+        switch frame.opcode {
+        case .text:
+            if frame.fin {
+                received(frame.unmaskedData, at: now, context: context)
+            } else {
+                fragments = .text(frame.unmaskedData)
+            }
+        case .binary:
+            fragments = frame.fin ? .none : .binary
+        case .continuation:
+            guard case .text(var message) = fragments else {
+                if frame.fin { fragments = .none }
+                return
+            }
+            fragments = .none
+            var part = frame.unmaskedData
+            message.writeBuffer(&part)
+            if frame.fin {
+                received(message, at: now, context: context)
+            } else {
+                fragments = .text(message)
+            }
+        case .ping:
+            context.writeAndFlush(wrapOutboundOut(Self.frame(.pong, frame.unmaskedData)), promise: nil)
+        case .connectionClose:
+            answerClose(frame.unmaskedData, context: context)
+        default:
+            break
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        heartbeats?.cancel()
+        heartbeats = nil
+        if !isReady { settle(false) }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+
+    /// A complete text message: a delivery to record, or fanout's welcome to answer.
+    private func received(_ payload: ByteBuffer, at now: ContinuousClock.Instant, context: ChannelHandlerContext) {
+        let seq = payload.withUnsafeReadableBytes { bytes in
+            BenchTarget.isDelivery(bytes, from: peer) ? BenchTarget.seq(in: bytes) : nil
+        }
+        if let seq {
+            receipts.append(Receipt(seq: seq, at: now))
+        } else if peer == .fanout, !isReady,
+                  payload.withUnsafeReadableBytes({ BenchTarget.contains(BenchTarget.welcomeType, in: $0) }) {
+            answerWelcome(payload, context: context)
+        }
+    }
+
+    /// Subscribes after the welcome's latest seq (live events only), then heartbeats at the
+    /// interval it announced, so that runs longer than the lease keep their subscribers.
+    private func answerWelcome(_ payload: ByteBuffer, context: ChannelHandlerContext) {
+        guard let message = try? FanoutJSON.decoder().decode(ServerMessage.self, from: Data(payload.readableBytesView)),
+              case .welcome(let welcome) = message,
+              let subscribe = try? SubscriberHandshake.text(of: .subscribe(carts: nil, since: welcome.latestSeq)),
+              let heartbeat = try? SubscriberHandshake.text(of: .heartbeat) else {
+            context.close(promise: nil)
+            return
+        }
+        context.writeAndFlush(wrapOutboundOut(Self.frame(.text, ByteBuffer(string: subscribe))), promise: nil)
+        let interval = TimeAmount(SubscriberHandshake.heartbeatInterval(for: welcome))
+        let heartbeatPayload = ByteBuffer(string: heartbeat)
+        let channel = context.channel
+        heartbeats = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in
+            channel.writeAndFlush(Self.frame(.text, heartbeatPayload), promise: nil)
+        }
+        becomeReady()
+    }
+
+    /// Echoes the server's close (its status code only, RFC 6455 §5.5.1), then closes.
+    private func answerClose(_ payload: ByteBuffer, context: ChannelHandlerContext) {
+        guard !closeSent else { return }
+        closeSent = true
+        var payload = payload
+        let code = payload.readSlice(length: min(2, payload.readableBytes)) ?? ByteBuffer()
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(Self.frame(.connectionClose, code))).whenComplete { _ in
+            channel.close(promise: nil)
+        }
+    }
+
+    private func becomeReady() {
+        guard !isReady else { return }
+        isReady = true
+        settle(true)
+    }
+
+    /// A final frame from a client: masked, as RFC 6455 requires (the encoder applies the key).
+    private static func frame(_ opcode: WebSocketOpcode, _ data: ByteBuffer) -> WebSocketFrame {
+        WebSocketFrame(fin: true, opcode: opcode, maskKey: .random(), data: data)
+    }
+}
