@@ -17,8 +17,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
-        // Already there under Hummingbird; named for NIOEmbedded in the server's unit tests and
-        // for the bench's subscribers, which are plain NIO channels.
+        // Already there under Hummingbird; named for the server's WebSocket, NIOEmbedded in its
+        // unit tests, and the bench's subscribers, which are plain NIO channels.
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
     ],
@@ -40,10 +40,12 @@ let package = Package(
                 "FanoutProtocol",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
-                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
+                // `/subscribe` is NIO's WebSocket upgrade and frame codec, driven by our handler.
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
             ]
         ),
         .executableTarget(

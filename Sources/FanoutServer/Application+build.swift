@@ -1,7 +1,6 @@
 import CartStore
 import Hummingbird
 import HummingbirdCore
-import HummingbirdWebSocket
 import Logging
 import NIOCore
 import ServiceLifecycle
@@ -25,8 +24,8 @@ struct FanoutServerApp: Sendable {
     }
 }
 
-/// Builds the application: routes, WebSocket upgrade, the hub as a store observer, and the
-/// lease reaper as a service.
+/// Builds the application: routes, the `/subscribe` WebSocket upgrade (`FanoutChannel`), the
+/// hub as a store observer, and the lease reaper as a service.
 ///
 /// - Parameter onServerRunning: called with the bound port once the server listens.
 func buildApplication(
@@ -45,22 +44,11 @@ func buildApplication(
     CartController(store: store, hub: hub).addRoutes(to: router.group("carts"))
     EventsController(store: store, hub: hub).addRoutes(to: router)
 
-    let webSocketRouter = Router(context: SubscriberRequestContext.self)
-    webSocketRouter.middlewares.add(ErrorMiddleware())
-    SubscribeController(store: store, hub: hub, configuration: configuration, access: access)
-        .addRoutes(to: webSocketRouter)
-
-    // No WebSocket auto-ping: the protocol's own heartbeats and leases find dead subscribers,
-    // and the ping loop would be one more task per connection.
-    let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(ws: .init(
-        maxFrameSize: configuration.maxMessageSize,
-        autoPing: .disabled))
-    let webSocketResponder = webSocketRouter.buildResponder()
+    let subscribe = SubscribeController(store: store, hub: hub, configuration: configuration, access: access)
     let application = Application(
         router: router,
         server: HTTPServerBuilder { responder in
-            SmallReadBufferChannel(base: HTTP1WebSocketUpgradeChannel(
-                responder: responder, webSocketResponder: webSocketResponder, configuration: channelConfiguration))
+            FanoutChannel(responder: responder, subscribe: subscribe)
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fanout"),
         services: [LeaseReaper(hub: hub, leaseTTL: configuration.leaseTTL, heartbeatInterval: configuration.heartbeatInterval)],
@@ -69,31 +57,4 @@ func buildApplication(
         },
         logger: logger)
     return FanoutServerApp(application: application, hub: hub, store: store, logger: logger)
-}
-
-/// The HTTP and WebSocket connections, with a smaller first receive buffer than NIO's default.
-///
-/// Every NIO channel keeps its receive buffer for reuse between reads, sized by its receive
-/// allocator: 2 KiB at first by default. An idle subscriber only ever sends heartbeats of a
-/// few dozen bytes, so with thousands of them those buffers are a sizeable part of the
-/// server's memory. The adaptive allocator still grows the buffer for a connection whose reads
-/// fill it (a large request body), up to NIO's usual 64 KiB.
-struct SmallReadBufferChannel: ServerChildChannel {
-    let base: HTTP1WebSocketUpgradeChannel
-
-    static let receiveAllocator = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
-
-    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<HTTP1WebSocketUpgradeChannel.Value> {
-        do {
-            // The initializer runs on the channel's event loop, before its first read.
-            try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveAllocator)
-        } catch {
-            return channel.eventLoop.makeFailedFuture(error)
-        }
-        return base.setup(channel: channel, logger: logger)
-    }
-
-    func handle(value: HTTP1WebSocketUpgradeChannel.Value, logger: Logger) async {
-        await base.handle(value: value, logger: logger)
-    }
 }

@@ -115,7 +115,7 @@ struct LiveFanoutTests {
             try hub.connect(subscriber, maxConnections: 1)
             hub.subscribe(subscriber, carts: carts, since: 0)
             _ = await subscriber.outbox.next()  // the .start item: the history is empty
-            let wentLive = subscriber.outbox.goLive(onClose: { _ in })
+            let wentLive = subscriber.outbox.goLive()
             #expect(wentLive)
             let fanout = hub.fanout(for: channel.eventLoop)
             let wire = WireWriter.make(for: channel, onWritable: fanout.writabilityChanged)

@@ -19,13 +19,20 @@ struct APIError: HTTPResponseError {
     }
 
     func response(from request: Request, context: some RequestContext) throws -> Response {
+        Response(
+            status: status,
+            headers: [.contentType: Self.contentType],
+            body: .init(byteBuffer: try body()))
+    }
+
+    static let contentType = "application/json; charset=utf-8"
+
+    /// The `{"error":{…}}` body.
+    func body() throws -> ByteBuffer {
         var object: [String: Any] = ["code": code, "message": message]
         for (key, value) in details { object[key] = value }
         let body = try JSONSerialization.data(withJSONObject: ["error": object], options: [.sortedKeys, .withoutEscapingSlashes])
-        return Response(
-            status: status,
-            headers: [.contentType: "application/json; charset=utf-8"],
-            body: .init(byteBuffer: ByteBuffer(bytes: body)))
+        return ByteBuffer(bytes: body)
     }
 }
 

@@ -160,7 +160,8 @@ final class FanoutHub: CartStoreObserver {
 
     /// Closes a subscriber's outbox for `reason`, counts and logs it, and forgets it.
     func drop(_ subscriber: Subscriber, because reason: CloseReason) {
-        subscriber.outbox.close(reason)
+        // Forgotten before its outbox closes: closing it closes the connection, which may
+        // `disconnect` it before this counts it.
         let wasConnected = state.withLockedValue { state in
             defer {
                 state.connections[subscriber.id] = nil
@@ -168,6 +169,7 @@ final class FanoutHub: CartStoreObserver {
             }
             return state.connections[subscriber.id] != nil
         }
+        subscriber.outbox.close(reason)
         guard wasConnected else { return }
         switch reason {
         case .leaseExpired:

@@ -52,8 +52,14 @@ final class LoopFanout: @unchecked Sendable {
         }
     }
 
+    /// Stops writing to `subscriber`: at once when called on the loop (so that a close frame
+    /// written next is the connection's last frame), else on the loop's next turn.
     func remove(_ subscriber: Subscriber) {
-        loop.execute { self.removeMember(ObjectIdentifier(subscriber)) }
+        if loop.inEventLoop {
+            removeMember(ObjectIdentifier(subscriber))
+        } else {
+            loop.execute { self.removeMember(ObjectIdentifier(subscriber)) }
+        }
     }
 
     /// Writes `frame` (a heartbeat) to every live subscriber that has all events and room.

@@ -33,8 +33,8 @@ enum OutboxItem: Sendable {
 /// The bounded queue between the hub (producer, on the store's writer thread) and one
 /// subscriber's WebSocket writer (consumer).
 ///
-/// When it is full, `enqueue` refuses, the outbox closes with `.tooSlow`, and the writer closes
-/// the connection: the store and the other subscribers never wait for a slow one, and the
+/// When it is full, `enqueue` refuses, the outbox closes with `.tooSlow`, and the connection
+/// closes: the store and the other subscribers never wait for a slow one, and the
 /// client resumes from the durable log with `since`.
 final class Outbox: Sendable {
     enum Next: Sendable {
@@ -46,7 +46,7 @@ final class Outbox: Sendable {
         var items = Deque<OutboxItem>()
         var closed: CloseReason?
         var waiter: CheckedContinuation<Next, Never>?
-        /// Once live nobody waits on `next()`; this tells the connection to close instead.
+        /// Tells the connection, which no task watches, to close.
         var onClose: (@Sendable (CloseReason) -> Void)?
     }
 
@@ -106,16 +106,27 @@ final class Outbox: Sendable {
     /// Switches to live delivery if nothing is queued. The writer calls it after draining;
     /// false means more frames arrived meanwhile and must be drained first. Once it returns
     /// true, every later event reaches the subscriber from the `LiveRing` instead.
-    ///
-    /// - Parameter onClose: called when the outbox closes later (lease expired, too slow,
-    ///   shutdown), since no writer waits on it any more.
-    func goLive(onClose: @escaping @Sendable (CloseReason) -> Void) -> Bool {
+    func goLive() -> Bool {
         state.withLockedValue { state in
             guard state.items.isEmpty, state.closed == nil else { return false }
-            state.onClose = onClose
             live.store(true, ordering: .releasing)
             return true
         }
+    }
+
+    /// Sets what to call when the outbox closes (lease expired, too slow, shutdown, connection
+    /// ended), on whichever thread closes it; at once if it is closed already. The connection
+    /// closes itself through it: no task waits on an idle subscriber's outbox.
+    ///
+    /// The outbox holds `onClose` until it closes, so it may capture the connection that owns
+    /// this outbox: closing breaks the cycle.
+    func onClose(_ onClose: @escaping @Sendable (CloseReason) -> Void) {
+        let closed: CloseReason? = state.withLockedValue { state in
+            if let reason = state.closed { return reason }
+            state.onClose = onClose
+            return nil
+        }
+        if let closed { onClose(closed) }
     }
 
     /// Closes the outbox: queued frames are dropped and the writer learns `reason` next.

@@ -1,0 +1,166 @@
+import Foundation
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
+import NIOWebSocket
+
+/// The server's connections: HTTP/1 through Hummingbird's router, and `/subscribe` upgraded to
+/// a WebSocket that the event loop drives (`SubscriberHandler`), with no task per connection.
+///
+/// Modelled on HummingbirdWebSocket's `HTTP1WebSocketUpgradeChannel`, whose `handle` runs the
+/// WebSocket handler in the connection's task for the connection's lifetime. Here the upgrade
+/// request is checked on the event loop, the upgrade installs NIO's frame decoder and encoder
+/// and a `SubscriberHandler`, and `handle` returns as soon as the upgrade is done: Hummingbird's
+/// server does not close a channel when its `handle` returns, and its graceful shutdown still
+/// waits for every channel to close (`SubscriberHandler` closes with 1001 on quiescing).
+struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
+    /// What the first request of a connection turned it into.
+    enum Negotiated: Sendable {
+        /// Plain HTTP, for the router.
+        case http(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
+        /// An upgrade the checks refused: answered with the error, then closed.
+        case refusedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, APIError)
+        /// A subscriber: its `SubscriberHandler` has the connection.
+        case subscriber
+    }
+
+    struct Value: ServerChildChannelValue {
+        let negotiated: EventLoopFuture<Negotiated>
+        let channel: any Channel
+    }
+
+    /// Every NIO channel keeps its receive buffer for reuse between reads, sized by its receive
+    /// allocator: 2 KiB at first by default. An idle subscriber only ever sends heartbeats of a
+    /// few dozen bytes, so with thousands of them those buffers are a sizeable part of the
+    /// server's memory. The adaptive allocator still grows the buffer for a connection whose
+    /// reads fill it (a large request body), up to NIO's usual 64 KiB.
+    static let receiveAllocator = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
+
+    let responder: HTTPChannelHandler.Responder
+    let subscribe: SubscribeController
+    let http1: HTTP1Channel.Configuration
+
+    init(responder: @escaping HTTPChannelHandler.Responder, subscribe: SubscribeController, http1: HTTP1Channel.Configuration = .init()) {
+        self.responder = Self.redirectingUpgrades(responder)
+        self.subscribe = subscribe
+        self.http1 = http1
+    }
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        channel.eventLoop.makeCompletedFuture {
+            // The initializer runs on the channel's event loop, before its first read.
+            try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveAllocator)
+            let subscribe = subscribe
+            /// Why the upgrade was refused, for the HTTP answer.
+            let refusal = NIOLoopBoundBox<APIError?>(nil, eventLoop: channel.eventLoop)
+            let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
+                maxFrameSize: subscribe.configuration.maxMessageSize,
+                // `SubscriberHandler` answers bad frames itself: an error message, then the close.
+                enableAutomaticErrorHandling: false,
+                shouldUpgrade: { channel, head in
+                    channel.eventLoop.makeCompletedFuture {
+                        do {
+                            let request = Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
+                            try subscribe.checkUpgrade(request)
+                            return HTTPHeaders()
+                        } catch let error as APIError {
+                            refusal.value = error
+                        } catch {
+                            refusal.value = .malformed("not a valid WebSocket upgrade request")
+                        }
+                        return nil
+                    }
+                },
+                upgradePipelineHandler: { channel, _ in
+                    channel.eventLoop.makeCompletedFuture {
+                        let maxSize = subscribe.configuration.maxMessageSize
+                        try channel.pipeline.syncOperations.addHandlers(
+                            // Joins fragmented messages, within the same size limit as one frame.
+                            NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: 1_024, maxAccumulatedFrameSize: maxSize),
+                            SubscriberHandler(controller: subscribe, logger: logger))
+                        return .subscriber
+                    }
+                })
+            let upgradeConfiguration = NIOTypedHTTPServerUpgradeConfiguration(
+                upgraders: [upgrader],
+                notUpgradingCompletionHandler: { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let operations = channel.pipeline.syncOperations
+                        try operations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+                        try operations.addHandlers(http1.additionalChannelHandlers())
+                        try operations.addHandler(HTTPConnectionStateHandler(idleTimeout: http1.idleTimeout.map { .init($0) }, logger: logger))
+                        let http = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
+                            wrappingChannelSynchronously: channel,
+                            configuration: .init(isOutboundHalfClosureEnabled: true))
+                        if let error = refusal.value { return .refusedUpgrade(http, error) }
+                        return .http(http)
+                    }
+                })
+            var configuration = NIOUpgradableHTTPServerPipelineConfiguration<Negotiated>(upgradeConfiguration: upgradeConfiguration)
+            configuration.enablePipelining = false  // HTTP is pipelined by NIOAsyncChannel
+            configuration.enableErrorHandling = false  // Hummingbird handles errors
+            configuration.enableResponseHeaderValidation = false  // Swift HTTP Types already validate
+            configuration.decoderConfiguration.maxHeaderFieldSize = http1.httpDecoder.maxHeaderFieldSize
+            configuration.decoderConfiguration.maxHeaderListSize = http1.httpDecoder.maxHeaderListSize
+            configuration.decoderConfiguration.maxHeaderFieldCount = http1.httpDecoder.maxHeaderFieldCount
+            let negotiated = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: configuration)
+            return Value(negotiated: negotiated, channel: channel)
+        }
+    }
+
+    /// Serves HTTP for the connection's lifetime; for a subscriber, returns once upgraded.
+    func handle(value: Value, logger: Logger) async {
+        do {
+            switch try await value.negotiated.get() {
+            case .http(let http):
+                await handleHTTP(asyncChannel: http, logger: logger)
+            case .refusedUpgrade(let http, let error):
+                await refuse(http, with: error, logger: logger)
+            case .subscriber:
+                break
+            }
+        } catch let error as ChannelError where error == .inputClosed {
+            logger.trace("connection closed before its first request")
+        } catch {
+            logger.debug("connection setup failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Answers a refused upgrade with its JSON error, and closes the connection.
+    private func refuse(_ http: NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, with error: APIError, logger: Logger) async {
+        do {
+            let body = try error.body()
+            try await http.executeThenClose { _, outbound in
+                let head = HTTPResponse(status: error.status, headerFields: [
+                    .connection: "close",
+                    .contentType: APIError.contentType,
+                    .contentLength: "\(body.readableBytes)",
+                ])
+                try await outbound.write(contentsOf: [.head(head), .body(body), .end(nil)])
+            }
+        } catch {
+            logger.trace("could not answer a refused upgrade", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// NIO upgrades only a connection's first request. A later one asking for a WebSocket is
+    /// redirected to the same URL with the connection closed, so that the client retries on a
+    /// new connection (as `HTTP1WebSocketUpgradeChannel` does).
+    static func redirectingUpgrades(_ responder: @escaping HTTPChannelHandler.Responder) -> HTTPChannelHandler.Responder {
+        struct RedirectedUpgrade: Error {}
+        return { request, responseWriter, channel in
+            guard request.headers[.upgrade]?.lowercased() == "websocket" else {
+                return try await responder(request, responseWriter, channel)
+            }
+            var location = request.uri.path
+            if let query = request.uri.query { location += "?\(query)" }
+            try await responseWriter.writeResponse(HTTPResponse(status: .temporaryRedirect, headerFields: [.connection: "close", .location: location]))
+            throw RedirectedUpgrade()
+        }
+    }
+}

@@ -1,0 +1,180 @@
+import CartStore
+import Foundation
+import FanoutTestSupport
+import Testing
+@testable import FanoutServer
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A WebSocket client on a bare socket, for what a library client will not send or show:
+/// refused upgrades' answers, fragments, pings and pongs. Its calls block: use it through
+/// `StalledClient.blocking`.
+final class RawWebSocket: @unchecked Sendable {
+    struct Frame: Equatable {
+        var opcode: UInt8
+        var fin = true
+        var payload: [UInt8]
+    }
+
+    let socket: Int32
+    private var pending: [UInt8] = []
+
+    init(port: Int) throws {
+        socket = try connectedSocket(port: port) { socket in
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        }
+    }
+
+    deinit { close(socket) }
+
+    /// Sends the upgrade request; returns the response head, and the body when there is one.
+    func upgrade(path: String = "/subscribe", headers: [String: String] = [:]) throws -> (head: String, body: String) {
+        var request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        request += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        for (name, value) in headers { request += "\(name): \(value)\r\n" }
+        try send(Array((request + "\r\n").utf8))
+        while pending.firstRange(of: Array("\r\n\r\n".utf8)) == nil { try receive() }
+        let end = pending.firstRange(of: Array("\r\n\r\n".utf8))!.upperBound
+        let head = String(decoding: pending[..<end], as: UTF8.self)
+        pending.removeFirst(end)
+        guard !head.hasPrefix("HTTP/1.1 101") else { return (head, "") }
+        // A refusal closes the connection after its body.
+        while (try? receive()) != nil {}
+        return (head, String(decoding: pending, as: UTF8.self))
+    }
+
+    /// Sends a frame, masked as a client must (RFC 6455 §5.3).
+    func send(_ frame: Frame) throws {
+        let mask: [UInt8] = [0x12, 0x34, 0x56, 0x78]
+        var bytes: [UInt8] = [(frame.fin ? 0x80 : 0) | frame.opcode]
+        if frame.payload.count < 126 {
+            bytes.append(0x80 | UInt8(frame.payload.count))
+        } else {
+            bytes += [0x80 | 126, UInt8(frame.payload.count >> 8), UInt8(frame.payload.count & 0xFF)]
+        }
+        bytes += mask + frame.payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
+        try send(bytes)
+    }
+
+    func sendText(_ text: String, fin: Bool = true) throws {
+        try send(Frame(opcode: 0x1, fin: fin, payload: Array(text.utf8)))
+    }
+
+    /// The next frame from the server; nil once the connection ends.
+    func next() throws -> Frame? {
+        while true {
+            if let (payload, used) = StalledClient.frame(in: pending) {
+                let frame = Frame(opcode: pending[0] & 0x0F, fin: pending[0] & 0x80 != 0, payload: payload)
+                pending.removeFirst(used)
+                return frame
+            }
+            guard (try? receive()) != nil else { return nil }
+        }
+    }
+
+    /// Frames until one `matches` (included) or the connection ends.
+    func frames(until matches: (Frame) -> Bool) throws -> [Frame] {
+        var frames: [Frame] = []
+        while let frame = try next() {
+            frames.append(frame)
+            if matches(frame) { break }
+        }
+        return frames
+    }
+
+    private func send(_ bytes: [UInt8]) throws {
+        guard Glibc.send(socket, bytes, bytes.count, Int32(MSG_NOSIGNAL)) == bytes.count else { throw POSIXError(.EIO) }
+    }
+
+    private func receive() throws {
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        let count = recv(socket, &chunk, chunk.count, 0)
+        guard count > 0 else { throw POSIXError(.ECONNRESET) }
+        pending += chunk[0..<count]
+    }
+}
+
+extension RawWebSocket.Frame {
+    var text: String { String(decoding: payload, as: UTF8.self) }
+    var closeCode: Int? { opcode == 0x8 && payload.count >= 2 ? Int(payload[0]) << 8 | Int(payload[1]) : nil }
+    var isError: Bool { opcode == 0x1 && text.contains(#""type":"error""#) }
+}
+
+@Suite("WebSocket frames and refusals", .timeLimit(.minutes(2)))
+struct RawWebSocketTests {
+    @Test func refusedUpgradesAreAnsweredWithTheJSONError() async throws {
+        try await withServer({ $0.token = "t0k"; $0.maxSubscribers = 1; $0.allowedOrigins = ["http://ok.example"] }) { port, server in
+            let noToken = try await StalledClient.blocking { try RawWebSocket(port: port).upgrade() }
+            #expect(noToken.head.hasPrefix("HTTP/1.1 401"))
+            #expect(noToken.body.contains(#""code":"unauthorized""#))
+            let badOrigin = try await StalledClient.blocking {
+                try RawWebSocket(port: port).upgrade(path: "/subscribe?token=t0k", headers: ["Origin": "http://evil.example"])
+            }
+            #expect(badOrigin.head.hasPrefix("HTTP/1.1 403"))
+            #expect(badOrigin.body.contains(#""code":"origin_not_allowed""#))
+            let elsewhere = try await StalledClient.blocking { try RawWebSocket(port: port).upgrade(path: "/carts?token=t0k") }
+            #expect(elsewhere.head.hasPrefix("HTTP/1.1 404"))
+
+            let first = try RawWebSocket(port: port)
+            let accepted = try await StalledClient.blocking { try first.upgrade(headers: ["Authorization": "Bearer t0k"]) }
+            #expect(accepted.head.hasPrefix("HTTP/1.1 101"))
+            await eventually("connected") { server.hub.stats.subscribers == 1 }
+            let full = try await StalledClient.blocking { try RawWebSocket(port: port).upgrade(path: "/subscribe?token=t0k") }
+            #expect(full.head.hasPrefix("HTTP/1.1 503"))
+            #expect(full.body.contains(#""code":"server_full""#))
+        }
+    }
+
+    @Test func pingsArePongedAndFragmentsJoinedUpToTheSizeLimit() async throws {
+        try await withServer({ $0.maxMessageSize = 1_000 }) { port, server in
+            let client = try RawWebSocket(port: port)
+            let frames = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+                _ = try client.upgrade()
+                let welcome = try client.next()
+                try client.send(.init(opcode: 0x9, payload: Array("are you there".utf8)))
+                let pong = try client.next()
+                // A subscribe in three fragments, with a ping between two of them.
+                try client.sendText(#"{"type":"subs"#, fin: false)
+                try client.send(.init(opcode: 0x0, fin: false, payload: Array(#"cri"#.utf8)))
+                try client.send(.init(opcode: 0x9, payload: []))
+                try client.send(.init(opcode: 0x0, payload: Array(#"be"}"#.utf8)))
+                return [welcome, pong].compactMap { $0 } + (try client.frames { $0.text.contains(#""type":"snapshot""#) })
+            }
+            #expect(frames.first?.text.contains(#""type":"welcome""#) == true)
+            #expect(frames.dropFirst().first == .init(opcode: 0xA, payload: Array("are you there".utf8)))
+            #expect(frames.contains { $0.opcode == 0xA && $0.payload.isEmpty }, "the ping between fragments")
+            #expect(frames.last?.text.contains(#""type":"snapshot""#) == true, "the joined subscribe")
+            #expect(!frames.contains { $0.isError })
+
+            // Fragments that together pass the limit: bad_frame, then 1009.
+            let ending = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+                try client.sendText(String(repeating: " ", count: 600), fin: false)
+                try client.send(.init(opcode: 0x0, payload: Array(String(repeating: " ", count: 600).utf8)))
+                let frames = try client.frames { $0.opcode == 0x8 }
+                try client.send(.init(opcode: 0x8, payload: [0x03, 0xE8]))
+                return frames
+            }
+            #expect(ending.contains { $0.isError && $0.text.contains("bad_frame") })
+            #expect(ending.last?.closeCode == 1009)
+            await eventually("disconnected") { server.hub.stats.subscribers == 0 }
+        }
+    }
+
+    @Test func aClientCloseIsAnsweredAndTheSubscriberForgotten() async throws {
+        try await withServer { port, server in
+            let client = try RawWebSocket(port: port)
+            let reply = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+                _ = try client.upgrade()
+                _ = try client.next()
+                try client.send(.init(opcode: 0x8, payload: [0x03, 0xE8]))
+                return try client.frames { $0.opcode == 0x8 }
+            }
+            #expect(reply.last?.closeCode == 1000)
+            let ended = try await StalledClient.blocking { try client.next() }
+            #expect(ended == nil, "the server closes the connection after its close frame")
+            await eventually("forgotten") { server.hub.stats.subscribers == 0 }
+        }
+    }
+}
