@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import NIOWebSocket
+import Synchronization
 import Testing
 @testable import FanoutServer
 
@@ -28,6 +29,8 @@ struct HubTests {
         let store = try CartStore.inMemory()
         let hub = Self.hub(store)
         let stuck = Subscriber(id: "stuck", outboxLimit: 8)
+        let toldToClose = Mutex<CloseReason?>(nil)
+        stuck.outbox.onClose { reason in toldToClose.withLock { $0 = reason } }
         let reader = Subscriber(id: "reader", outboxLimit: 8)
         try hub.connect(stuck, maxConnections: 10)
         try hub.connect(reader, maxConnections: 10)
@@ -43,6 +46,7 @@ struct HubTests {
         }
         #expect(seen == Array(1...50))
         #expect(stuck.outbox.closedReason == .tooSlow)
+        #expect(toldToClose.withLock { $0 } == .tooSlow, "its connection must be told to close")
         guard case .closed(.tooSlow) = await stuck.outbox.next() else {
             Issue.record("the stuck subscriber's writer must learn it is too slow"); return
         }
@@ -104,20 +108,28 @@ struct LiveFanoutTests {
         let channel: EmbeddedChannel
         let store: CartStore
 
-        init(lagLimit: Int, carts: Set<String>? = nil) async throws {
+        /// - Parameter closesOnFlush: the connection closes while it is being flushed, as a socket
+        ///   does when the peer has reset it.
+        init(lagLimit: Int, carts: Set<String>? = nil, closesOnFlush: Bool = false) async throws {
             store = try CartStore.inMemory()
             var logger = Logger(label: "hub-test")
             logger.logLevel = .critical
             hub = FanoutHub(latestSeq: 0, lagLimit: lagLimit, logger: logger)
-            channel = EmbeddedChannel(handler: WebSocketFrameEncoder())
+            let subscriber = Subscriber(id: "s", outboxLimit: 8)
+            self.subscriber = subscriber
+            channel = EmbeddedChannel()
+            if closesOnFlush { try channel.pipeline.syncOperations.addHandler(ClosesOnFlush()) }
+            // As `SubscriberHandler` does: a closed connection closes the outbox.
+            try channel.pipeline.syncOperations.addHandler(OnInactive { subscriber.outbox.close(.connectionEnded) })
+            try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
-            subscriber = Subscriber(id: "s", outboxLimit: 8)
             try hub.connect(subscriber, maxConnections: 1)
             hub.subscribe(subscriber, carts: carts, since: 0)
             _ = await subscriber.outbox.next()  // the .start item: the history is empty
             let wentLive = subscriber.outbox.goLive()
             #expect(wentLive)
             let fanout = hub.fanout(for: channel.eventLoop)
+            subscriber.outbox.onClose { _ in fanout.remove(subscriber) }
             let wire = WireWriter.make(for: channel, onWritable: fanout.writabilityChanged)
             channel.embeddedEventLoop.run()
             fanout.add(subscriber, wire: try await wire.get(), carts: carts, after: 0)
@@ -164,6 +176,15 @@ struct LiveFanoutTests {
         #expect(live.hub.stats.slowConsumerDrops == 0)
     }
 
+    @Test func aConnectionThatClosesWhileItIsFlushedLeavesTheFanOut() async throws {
+        let live = try await Live(lagLimit: 100, closesOnFlush: true)
+        live.commit(seq: 1)
+        #expect(live.subscriber.outbox.closedReason == .connectionEnded)
+        #expect(live.hub.stats.liveSubscribers == 0)
+        live.commit(seq: 2)  // a pass with nobody left
+        #expect(live.hub.stats.liveSubscribers == 0)
+    }
+
     @Test func aSubscriberThatFallsOutOfTheRingIsDroppedAsTooSlow() async throws {
         let live = try await Live(lagLimit: 4)
         live.setWritable(false)
@@ -174,6 +195,30 @@ struct LiveFanoutTests {
         #expect(live.hub.stats.slowConsumerDrops == 1)
         #expect(live.hub.stats.liveSubscribers == 0)
         #expect(live.hub.stats.subscribers == 0)
+    }
+}
+
+/// Closes the channel when it is flushed.
+final class ClosesOnFlush: ChannelOutboundHandler, Sendable {
+    typealias OutboundIn = NIOAny
+
+    func flush(context: ChannelHandlerContext) {
+        context.close(promise: nil)
+    }
+}
+
+/// Calls `action` when the channel goes inactive.
+final class OnInactive: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+    let action: @Sendable () -> Void
+
+    init(_ action: @escaping @Sendable () -> Void) {
+        self.action = action
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        action()
+        context.fireChannelInactive()
     }
 }
 

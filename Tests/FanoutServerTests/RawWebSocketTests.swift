@@ -104,8 +104,15 @@ extension RawWebSocket.Frame {
 
 @Suite("WebSocket frames and refusals", .timeLimit(.minutes(2)))
 struct RawWebSocketTests {
+    /// These raw clients send no heartbeats: leases long enough that none lapses on a slow
+    /// machine between a test's steps.
+    static func quietLeases(_ configuration: inout ServerConfiguration) {
+        configuration.leaseTTL = .seconds(60)
+        configuration.heartbeatInterval = .seconds(30)
+    }
+
     @Test func refusedUpgradesAreAnsweredWithTheJSONError() async throws {
-        try await withServer({ $0.token = "t0k"; $0.maxSubscribers = 1; $0.allowedOrigins = ["http://ok.example"] }) { port, server in
+        try await withServer({ $0.token = "t0k"; $0.maxSubscribers = 1; $0.allowedOrigins = ["http://ok.example"]; Self.quietLeases(&$0) }) { port, server in
             let noToken = try await StalledClient.blocking { try RawWebSocket(port: port).upgrade() }
             #expect(noToken.head.hasPrefix("HTTP/1.1 401"))
             #expect(noToken.body.contains(#""code":"unauthorized""#))
@@ -128,7 +135,7 @@ struct RawWebSocketTests {
     }
 
     @Test func pingsArePongedAndFragmentsJoinedUpToTheSizeLimit() async throws {
-        try await withServer({ $0.maxMessageSize = 1_000 }) { port, server in
+        try await withServer({ $0.maxMessageSize = 1_000; Self.quietLeases(&$0) }) { port, server in
             let client = try RawWebSocket(port: port)
             let frames = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
                 _ = try client.upgrade()
@@ -163,7 +170,7 @@ struct RawWebSocketTests {
     }
 
     @Test func aClientCloseIsAnsweredAndTheSubscriberForgotten() async throws {
-        try await withServer { port, server in
+        try await withServer(Self.quietLeases) { port, server in
             let client = try RawWebSocket(port: port)
             let reply = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
                 _ = try client.upgrade()

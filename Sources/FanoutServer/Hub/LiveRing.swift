@@ -46,7 +46,4 @@ final class LiveRing: Sendable {
             return (Array(items[start...]), false)
         }
     }
-
-    /// The newest seq held, if any.
-    var newestSeq: Int64? { items.withLockedValue { $0.last?.seq } }
 }

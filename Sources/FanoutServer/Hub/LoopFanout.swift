@@ -22,12 +22,17 @@ final class LoopFanout: @unchecked Sendable {
     }
 
     let loop: any EventLoop
-    private unowned let hub: FanoutHub
+    /// Weak: passes already queued on the loop may outlive a hub (in tests).
+    private weak var hub: FanoutHub?
     private let ring: LiveRing
     private let passPending = Atomic<Bool>(false)
     // Touched on `loop` only (hence @unchecked Sendable).
     private var members: [Member] = []
     private var slotByID: [ObjectIdentifier: Int] = [:]
+    /// While a pass walks `members`, removals wait in `leaving`: a flush can close a
+    /// connection at once, and its close removes the member, from inside the pass.
+    private var passing = false
+    private var leaving: Set<ObjectIdentifier> = []
 
     init(loop: any EventLoop, hub: FanoutHub, ring: LiveRing) {
         self.loop = loop
@@ -47,7 +52,7 @@ final class LoopFanout: @unchecked Sendable {
             guard self.slotByID[ObjectIdentifier(subscriber)] == nil, subscriber.outbox.closedReason == nil else { return }
             self.slotByID[ObjectIdentifier(subscriber)] = self.members.count
             self.members.append(Member(subscriber: subscriber, wire: wire, carts: carts, cursor: cursor))
-            self.hub.liveCount.add(1, ordering: .relaxed)
+            self.hub?.liveCount.add(1, ordering: .relaxed)
             self.pass()
         }
     }
@@ -83,25 +88,38 @@ final class LoopFanout: @unchecked Sendable {
         passPending.store(false, ordering: .sequentiallyConsistent)
         guard let oldest = members.lazy.map(\.cursor).min() else { return }
         let (items, missed) = ring.items(after: oldest)
-        guard !items.isEmpty else { return }
-        let ringStart = items[0].seq
-        var index = 0
-        while index < members.count {
+        guard let ringStart = items.first?.seq else { return }
+        passing = true
+        for index in members.indices {
+            let subscriber = members[index].subscriber
+            if !leaving.isEmpty, leaving.contains(ObjectIdentifier(subscriber)) { continue }
             if missed, members[index].cursor + 1 < ringStart {
-                let subscriber = members[index].subscriber
-                removeMember(ObjectIdentifier(subscriber))
-                hub.drop(subscriber, because: .tooSlow)
-                continue  // the last member moved into `index`
+                leaving.insert(ObjectIdentifier(subscriber))
+                hub?.drop(subscriber, because: .tooSlow)
+                continue
             }
-            write(items, to: &members[index])
-            index += 1
+            // A copy, not `inout members[index]`: the write may re-enter this fan-out.
+            var member = members[index]
+            write(items, to: &member)
+            members[index].cursor = member.cursor
         }
+        passing = false
+        for id in leaving { removeMember(id) }
+        leaving.removeAll()
     }
 
     /// Writes `member` the items after its cursor that it wants, while its channel has room.
     private func write(_ items: [LiveRing.Item], to member: inout Member) {
+        // Seqs ascend: the first item after the cursor by bisection, so that a member far
+        // behind makes nobody else scan what it still has to catch up on.
+        var start = 0
+        var end = items.count
+        while start < end {
+            let middle = (start + end) / 2
+            if items[middle].seq <= member.cursor { start = middle + 1 } else { end = middle }
+        }
         var wrote = false
-        for item in items where item.seq > member.cursor {
+        for item in items[start...] {
             if member.carts?.contains(item.cartID) ?? true {
                 guard member.wire.isWritable else { break }
                 member.wire.write(item.frame)
@@ -113,6 +131,10 @@ final class LoopFanout: @unchecked Sendable {
     }
 
     private func removeMember(_ id: ObjectIdentifier) {
+        if passing {
+            leaving.insert(id)
+            return
+        }
         guard let index = slotByID.removeValue(forKey: id) else { return }
         let last = members.count - 1
         if index != last {
@@ -120,11 +142,6 @@ final class LoopFanout: @unchecked Sendable {
             slotByID[ObjectIdentifier(members[index].subscriber)] = index
         }
         members.removeLast()
-        hub.liveCount.subtract(1, ordering: .relaxed)
-    }
-
-    var memberCount: Int {
-        loop.preconditionInEventLoop()
-        return members.count
+        hub?.liveCount.subtract(1, ordering: .relaxed)
     }
 }

@@ -83,23 +83,28 @@ final class Outbox: Sendable {
     }
 
     private func offer(_ item: OutboxItem) -> Admission {
-        let (admission, waiter): (Admission, CheckedContinuation<Next, Never>?) = state.withLockedValue { state in
-            if state.closed != nil { return (.refused, nil) }
+        typealias Outcome = (Admission, CheckedContinuation<Next, Never>?, overflowed: (@Sendable (CloseReason) -> Void)?)
+        let (admission, waiter, overflowed): Outcome = state.withLockedValue { state in
+            if state.closed != nil { return (.refused, nil, nil) }
             // Checked under the lock too: `goLive` may have won since the caller looked.
-            if live.load(ordering: .relaxed) { return (.live, nil) }
+            if live.load(ordering: .relaxed) { return (.live, nil, nil) }
             if let waiter = state.waiter {
                 state.waiter = nil
-                return (.queued, waiter)
+                return (.queued, waiter, nil)
             }
             guard state.items.count < limit else {
+                // Full: closed as too slow, like `close(.tooSlow)` (no writer waits: the
+                // waiter case is above), and the connection is told through `onClose`.
                 state.items.removeAll()
                 state.closed = .tooSlow
-                return (.refused, nil)
+                defer { state.onClose = nil }
+                return (.refused, nil, state.onClose)
             }
             state.items.append(item)
-            return (.queued, nil)
+            return (.queued, nil, nil)
         }
         waiter?.resume(returning: .item(item))
+        overflowed?(.tooSlow)
         return admission
     }
 

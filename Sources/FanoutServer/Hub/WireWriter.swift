@@ -22,7 +22,6 @@ struct WireWriter: Sendable {
         }
     }
 
-    var eventLoop: any EventLoop { context.eventLoop }
     var isWritable: Bool { channel.isWritable }
 
     func write(_ frameBytes: ByteBuffer) {
