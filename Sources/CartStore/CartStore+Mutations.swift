@@ -102,9 +102,12 @@ extension CartStore {
         }
     }
 
-    /// On the writer: commits waiting mutations a batch at a time until none is left.
+    /// On the writer: commits waiting mutations a batch at a time until none is left. After 16
+    /// batches it queues itself again behind the writer's other work (reads of the writer
+    /// connection, pruning), so that a steady stream of mutations cannot starve them.
     private func drainCommits(_ db: Database) {
-        while let batch = commits.nextBatch() {
+        for _ in 0..<16 {
+            guard let batch = commits.nextBatch() else { return }
             let outcomes: [Result<CartCommit, any Error>]
             do {
                 outcomes = try commits.commit(batch, db)
@@ -115,6 +118,8 @@ extension CartStore {
             for case .success(let commit) in outcomes { deliver(commit.event) }
             for (mutation, outcome) in zip(batch, outcomes) { mutation.caller.resume(with: outcome) }
         }
+        // Still draining (the flag stays set): carry on after whatever else waits.
+        writer.asyncWriteWithoutTransaction { db in self.drainCommits(db) }
     }
 
     /// One mutation, inside the batch's transaction.
