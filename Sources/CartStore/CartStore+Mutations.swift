@@ -110,7 +110,7 @@ extension CartStore {
             guard let batch = commits.nextBatch() else { return }
             let outcomes: [Result<CartCommit, any Error>]
             do {
-                outcomes = try commits.commit(batch, db)
+                outcomes = try commits.commit(batch.map(\.body), db)
             } catch {
                 for mutation in batch { mutation.caller.resume(throwing: error) }
                 continue

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import FanoutTestSupport
 import GRDB
 import Synchronization
@@ -124,5 +125,51 @@ private extension CartChange {
         case .quantityChanged(let sku, _), .itemRemoved(let sku): sku
         case .cartCleared: nil
         }
+    }
+}
+
+@Suite("Group commit transaction")
+struct GroupCommitTransactionTests {
+    /// A body that writes a cart row and reports a commit for it.
+    static func writesCart(_ id: String) -> @Sendable (Database) throws -> CartCommit {
+        { db in
+            try db.execute(sql: "INSERT INTO carts (id, version) VALUES (?, 1)", arguments: [id])
+            let event = CartEvent(seq: 0, cartID: id, change: .cartCleared, version: 1, committedAt: Date())
+            return CartCommit(cart: Cart(id: id, version: 1), event: event)
+        }
+    }
+
+    @Test func whenAnErrorEndsTheWholeTransactionTheBatchFailsAsOne() async throws {
+        let store = try CartStore.inMemory()
+        let bodies: [@Sendable (Database) throws -> CartCommit] = [
+            Self.writesCart("kept-if-the-batch-commits"),
+            // As SQLite does on some errors (disk full, I/O): the whole transaction is gone.
+            { db in
+                try db.execute(sql: "ROLLBACK")
+                throw CartStoreError(.cartNotFound, "stands for an I/O error")
+            },
+            Self.writesCart("after-the-failure"),
+        ]
+        await #expect(throws: CartStoreError.self) {
+            try await store.writer.writeWithoutTransaction { db in _ = try store.commits.commit(bodies, db) }
+        }
+        let carts = try await store.writer.read { db in try String.fetchAll(db, sql: "SELECT id FROM carts") }
+        #expect(carts.isEmpty, "nothing of the batch may be written")
+    }
+
+    @Test func aFailedBodyRollsBackAloneAndTheOthersCommit() async throws {
+        let store = try CartStore.inMemory()
+        let bodies: [@Sendable (Database) throws -> CartCommit] = [
+            Self.writesCart("a"),
+            { db in
+                try db.execute(sql: "INSERT INTO carts (id, version) VALUES ('b', 1)")
+                throw CartStoreError(.versionConflict, "refused after writing")
+            },
+            Self.writesCart("c"),
+        ]
+        let outcomes = try await store.writer.writeWithoutTransaction { db in try store.commits.commit(bodies, db) }
+        #expect(outcomes.map { (try? $0.get())?.cart.id } == ["a", nil, "c"])
+        let carts = try await store.writer.read { db in try String.fetchAll(db, sql: "SELECT id FROM carts ORDER BY id") }
+        #expect(carts == ["a", "c"])
     }
 }

@@ -61,18 +61,19 @@ final class GroupCommit: @unchecked Sendable {
         }
     }
 
-    /// Commits `batch` in one transaction. Returns each mutation's outcome, in order; throws
-    /// when the transaction itself failed, and then nothing of the batch was written.
-    func commit(_ batch: [Mutation], _ db: Database) throws -> [Result<CartCommit, any Error>] {
+    /// Commits the bodies in one transaction, each in a savepoint. Returns each one's outcome,
+    /// in order; throws when the transaction itself failed, and then nothing of the batch was
+    /// written.
+    func commit(_ bodies: [@Sendable (Database) throws -> CartCommit], _ db: Database) throws -> [Result<CartCommit, any Error>] {
         transactions.add(1, ordering: .relaxed)
         var outcomes: [Result<CartCommit, any Error>] = []
-        outcomes.reserveCapacity(batch.count)
+        outcomes.reserveCapacity(bodies.count)
         try db.inTransaction(.immediate) {
-            for mutation in batch {
+            for body in bodies {
                 do {
                     var commit: CartCommit?
                     try db.inSavepoint {
-                        commit = try mutation.body(db)
+                        commit = try body(db)
                         return .commit
                     }
                     guard let commit else { preconditionFailure("savepoint released without a result") }
