@@ -126,7 +126,7 @@ struct LiveFanoutTests {
             try hub.connect(subscriber, maxConnections: 1)
             hub.subscribe(subscriber, carts: carts, since: 0)
             _ = await subscriber.outbox.next()  // the .start item: the history is empty
-            let wentLive = subscriber.outbox.goLive()
+            let wentLive = hub.goLive(subscriber)
             #expect(wentLive)
             let fanout = hub.fanout(for: channel.eventLoop)
             subscriber.outbox.onClose { _ in fanout.remove(subscriber) }

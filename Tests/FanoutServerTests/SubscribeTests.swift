@@ -187,13 +187,26 @@ struct SubscribeTests {
         try await withServer(store: store) { port, server in
             let a = TestSubscriber(port: port)
             let b = TestSubscriber(port: port)
+            let all = TestSubscriber(port: port)
             try await a.subscribe(carts: ["x"])
-            try await b.subscribe(carts: ["y"])
-            await eventually("subscribed") { !a.snapshots.isEmpty && !b.snapshots.isEmpty }
-            let commit = try await store.addItem(cartID: "x", sku: "s", quantity: 1, unitPriceCents: 1)
-            #expect(server.hub.deliveredCount(seq: commit.event.seq) == 1)
-            await a.close()
+            try await b.subscribe(carts: ["x", "y"])
+            try await all.subscribe()
+            // Live ones are counted without being walked: per cart, and for all carts.
+            await eventually("all three live") { server.hub.stats.liveSubscribers == 3 }
+            func delivered(to cart: String) async throws -> Int {
+                let commit = try await store.addItem(cartID: cart, sku: "s", quantity: 1, unitPriceCents: 1)
+                return server.hub.deliveredCount(seq: commit.event.seq)
+            }
+            #expect(try await delivered(to: "x") == 3)
+            #expect(try await delivered(to: "y") == 2)
+            #expect(try await delivered(to: "z") == 1)
+            await all.close()
             await b.close()
+            await eventually("two gone") { server.hub.stats.subscribers == 1 }
+            #expect(try await delivered(to: "z") == 0)
+            #expect(try await delivered(to: "y") == 0)
+            #expect(try await delivered(to: "x") == 1)
+            await a.close()
         }
     }
 }

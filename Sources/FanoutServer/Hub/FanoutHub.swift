@@ -38,11 +38,46 @@ final class FanoutHub: CartStoreObserver {
     private struct State {
         /// Every open connection, subscribed or not: what leases and shutdown act on.
         var connections: [String: Subscriber] = [:]
-        /// The subscribed ones, dense, copied (by reference count) for each fan-out: changes
-        /// during a fan-out apply from the next event.
+        /// The subscriptions still catching up (snapshot or backlog), dense, copied (by
+        /// reference count) for each event: changes during a fan-out apply from the next one.
         var fanout: [Entry] = []
         var slotByID: [String: Int] = [:]
+        /// The live subscriptions, which their event loops serve from the ring: only counted
+        /// per event (for `deliveredTo`), never walked. Their carts, by subscriber id.
+        var live: [String: Set<String>?] = [:]
+        var liveForAllCarts = 0
+        var liveByCart: [String: Int] = [:]
         var shuttingDown = false
+
+        func liveWanting(_ cartID: String) -> Int {
+            liveForAllCarts + (liveByCart[cartID] ?? 0)
+        }
+
+        mutating func makeLive(_ id: String) {
+            guard let index = slotByID[id] else { return }
+            let carts = fanout[index].carts
+            removeFromFanout(id)
+            live[id] = carts
+            if let carts {
+                for cart in carts { liveByCart[cart, default: 0] += 1 }
+            } else {
+                liveForAllCarts += 1
+            }
+        }
+
+        /// Removes a subscription, catching up or live.
+        mutating func unsubscribe(_ id: String) {
+            removeFromFanout(id)
+            guard let carts = live.removeValue(forKey: id) else { return }
+            guard let carts else {
+                liveForAllCarts -= 1
+                return
+            }
+            for cart in carts {
+                let left = (liveByCart[cart] ?? 1) - 1
+                liveByCart[cart] = left > 0 ? left : nil
+            }
+        }
 
         mutating func removeFromFanout(_ id: String) {
             guard let index = slotByID.removeValue(forKey: id) else { return }
@@ -84,8 +119,8 @@ final class FanoutHub: CartStoreObserver {
         let frame = OutboundFrame(seq: event.seq, text: ServerEncoding.encode(.event(event)))
         // Into the ring first: a subscriber going live meanwhile finds it there.
         ring.append(.init(seq: event.seq, cartID: event.cartID, frame: WireWriter.textFrame(frame.text)))
-        let entries = state.withLockedValue { $0.fanout }
-        let delivered = admit(frame, to: entries.lazy.filter { $0.wants(event.cartID) })
+        let (entries, live) = state.withLockedValue { ($0.fanout, $0.liveWanting(event.cartID)) }
+        let delivered = live + admit(frame, to: entries.lazy.filter { $0.wants(event.cartID) })
         for loop in loops.withLockedValue({ $0 }) { loop.poke() }
         latest.store(event.seq, ordering: .releasing)
         fannedOut.add(1, ordering: .relaxed)
@@ -143,18 +178,29 @@ final class FanoutHub: CartStoreObserver {
     /// is either committed before the writer reads the log for `.start`, or queued after it.
     func subscribe(_ subscriber: Subscriber, carts: Set<String>?, since: Int64?) {
         state.withLockedValue { state in
-            guard state.connections[subscriber.id] != nil, state.slotByID[subscriber.id] == nil else { return }
+            guard state.connections[subscriber.id] != nil, state.slotByID[subscriber.id] == nil, state.live[subscriber.id] == nil else { return }
             guard subscriber.outbox.enqueue(.start(since: since, carts: carts)) else { return }
             state.slotByID[subscriber.id] = state.fanout.count
             state.fanout.append(Entry(subscriber: subscriber, carts: carts))
         }
     }
 
+    /// Switches a subscriber whose writer has sent everything queued to live delivery
+    /// (`Outbox.goLive`); false when more arrived meanwhile, to be sent first. Its event loop's
+    /// `LoopFanout` then serves it from the ring, and events no longer walk it.
+    func goLive(_ subscriber: Subscriber) -> Bool {
+        guard subscriber.outbox.goLive() else { return false }
+        // Until this, events still reach it here, where the outbox answers `.live` and it is
+        // counted; from here on it is counted without a walk. One lock: never both.
+        state.withLockedValue { $0.makeLive(subscriber.id) }
+        return true
+    }
+
     /// Forgets a connection. Harmless if it is already gone.
     func disconnect(_ subscriber: Subscriber) {
         state.withLockedValue { state in
             state.connections[subscriber.id] = nil
-            state.removeFromFanout(subscriber.id)
+            state.unsubscribe(subscriber.id)
         }
     }
 
@@ -165,7 +211,7 @@ final class FanoutHub: CartStoreObserver {
         let wasConnected = state.withLockedValue { state in
             defer {
                 state.connections[subscriber.id] = nil
-                state.removeFromFanout(subscriber.id)
+                state.unsubscribe(subscriber.id)
             }
             return state.connections[subscriber.id] != nil
         }

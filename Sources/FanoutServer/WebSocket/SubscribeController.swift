@@ -89,7 +89,7 @@ struct SubscribeController: Sendable {
             // History sent and the queue drained: hand over to the event loop's fan-out.
             if let sentThrough {
                 if wire == nil { wire = try await WireWriter.make(for: connection.channel, onWritable: fanout.writabilityChanged).get() }
-                if let wire, subscriber.outbox.goLive() {
+                if let wire, hub.goLive(subscriber) {
                     fanout.add(subscriber, wire: wire, carts: carts, after: sentThrough)
                     return
                 }
