@@ -119,8 +119,12 @@ struct LiveFanoutTests {
             self.subscriber = subscriber
             channel = EmbeddedChannel()
             if closesOnFlush { try channel.pipeline.syncOperations.addHandler(ClosesOnFlush()) }
-            // As `SubscriberHandler` does: a closed connection closes the outbox.
-            try channel.pipeline.syncOperations.addHandler(OnInactive { subscriber.outbox.close(.connectionEnded) })
+            // As `SubscriberHandler` does: a closed connection closes the outbox and leaves the hub.
+            let hub = hub
+            try channel.pipeline.syncOperations.addHandler(OnInactive {
+                subscriber.outbox.close(.connectionEnded)
+                hub.disconnect(subscriber)
+            })
             try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
             try hub.connect(subscriber, maxConnections: 1)

@@ -99,7 +99,6 @@ final class FanoutHub: CartStoreObserver {
     private let slowDrops = Synchronization.Atomic<Int>(0)
     private let fannedOut = Synchronization.Atomic<Int>(0)
     private let deliveries = Synchronization.Atomic<Int>(0)
-    let liveCount = Synchronization.Atomic<Int>(0)
     private let latest: Synchronization.Atomic<Int64>
     /// How many subscribers each recent event was queued to, for the mutation responses.
     private let deliveredCounts = NIOLockedValueBox(DeliveredCounts(capacity: 4_096))
@@ -270,7 +269,7 @@ final class FanoutHub: CartStoreObserver {
     var stats: Stats {
         Stats(
             subscribers: subscriberCount,
-            liveSubscribers: liveCount.load(ordering: .relaxed),
+            liveSubscribers: state.withLockedValue { $0.live.count },
             expiries: expiries.load(ordering: .relaxed),
             slowConsumerDrops: slowDrops.load(ordering: .relaxed),
             latestSeq: latestSeq,

@@ -52,7 +52,6 @@ final class LoopFanout: @unchecked Sendable {
             guard self.slotByID[ObjectIdentifier(subscriber)] == nil, subscriber.outbox.closedReason == nil else { return }
             self.slotByID[ObjectIdentifier(subscriber)] = self.members.count
             self.members.append(Member(subscriber: subscriber, wire: wire, carts: carts, cursor: cursor))
-            self.hub?.liveCount.add(1, ordering: .relaxed)
             self.pass()
         }
     }
@@ -142,6 +141,5 @@ final class LoopFanout: @unchecked Sendable {
             slotByID[ObjectIdentifier(members[index].subscriber)] = index
         }
         members.removeLast()
-        hub?.liveCount.subtract(1, ordering: .relaxed)
     }
 }

@@ -1,7 +1,6 @@
 import DequeModule
 import NIOConcurrencyHelpers
 import NIOCore
-import Synchronization
 
 /// Why a subscriber's connection ends from the server's side.
 enum CloseReason: Sendable, Equatable {
@@ -48,6 +47,8 @@ final class Outbox: Sendable {
         var waiter: CheckedContinuation<Next, Never>?
         /// Tells the connection, which no task watches, to close.
         var onClose: (@Sendable (CloseReason) -> Void)?
+        /// Served from the `LiveRing` (set once by `goLive`).
+        var live = false
     }
 
     /// What happened to a frame offered to the outbox.
@@ -62,8 +63,6 @@ final class Outbox: Sendable {
 
     let limit: Int
     private let state = NIOLockedValueBox(State())
-    /// Set once, under the lock, by `goLive`; read without it on every event.
-    private let live = Atomic<Bool>(false)
 
     init(limit: Int) {
         self.limit = max(1, limit)
@@ -78,16 +77,15 @@ final class Outbox: Sendable {
 
     /// Offers a frame: queued while the subscriber catches up, `.live` once it has.
     func admit(_ frame: OutboundFrame) -> Admission {
-        if live.load(ordering: .acquiring) { return .live }
-        return offer(.frame(frame))
+        offer(.frame(frame))
     }
 
     private func offer(_ item: OutboxItem) -> Admission {
         typealias Outcome = (Admission, CheckedContinuation<Next, Never>?, overflowed: (@Sendable (CloseReason) -> Void)?)
         let (admission, waiter, overflowed): Outcome = state.withLockedValue { state in
             if state.closed != nil { return (.refused, nil, nil) }
-            // Checked under the lock too: `goLive` may have won since the caller looked.
-            if live.load(ordering: .relaxed) { return (.live, nil, nil) }
+            // Only for an instant: once live, the hub stops offering it events.
+            if state.live { return (.live, nil, nil) }
             if let waiter = state.waiter {
                 state.waiter = nil
                 return (.queued, waiter, nil)
@@ -114,7 +112,7 @@ final class Outbox: Sendable {
     func goLive() -> Bool {
         state.withLockedValue { state in
             guard state.items.isEmpty, state.closed == nil else { return false }
-            live.store(true, ordering: .releasing)
+            state.live = true
             return true
         }
     }
