@@ -13,19 +13,19 @@ struct FanoutServerApp: Sendable {
     let store: CartStore
     let logger: Logger
 
-    /// Runs until SIGTERM/SIGINT: then subscribers are closed with 1001 first, and the HTTP
-    /// server stops accepting and finishes in-flight requests.
+    /// Runs until SIGTERM/SIGINT: then the HTTP server stops accepting, subscribers end with
+    /// 1001, and in-flight requests finish (see `HubService`).
     func run() async throws {
         let group = ServiceGroup(configuration: .init(
-            services: [application, SubscriberShutdown(hub: hub)],
+            services: [application],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger))
         try await group.run()
     }
 }
 
-/// Builds the application: routes, the `/subscribe` WebSocket upgrade (`FanoutChannel`), the
-/// hub as a store observer, and the lease reaper as a service.
+/// Builds the application: routes, the `/subscribe` WebSocket upgrade (`FanoutChannel`), and
+/// the hub as a store observer, with its service.
 ///
 /// - Parameter onServerRunning: called with the bound port once the server listens.
 func buildApplication(
@@ -34,7 +34,10 @@ func buildApplication(
     logger: Logger,
     onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws -> FanoutServerApp {
-    let hub = FanoutHub(latestSeq: try await store.latestSeq(), lagLimit: configuration.outboxLimit, logger: logger)
+    let hub = FanoutHub(store: store, latestSeq: try await store.latestSeq(), settings: .init(
+        leaseTTL: .nanoseconds(Int64(configuration.leaseTTL.seconds * 1e9)),
+        ringCapacity: configuration.outboxLimit,
+        maxSubscribers: configuration.maxSubscribers), logger: logger)
     store.observers.add(hub)
     let access = AccessPolicy(token: configuration.token, allowedOrigins: configuration.allowedOrigins)
 
@@ -44,14 +47,14 @@ func buildApplication(
     CartController(store: store, hub: hub).addRoutes(to: router.group("carts"))
     EventsController(store: store, hub: hub).addRoutes(to: router)
 
-    let subscribe = SubscribeController(store: store, hub: hub, configuration: configuration, access: access)
+    let subscribe = SubscribeEndpoint(hub: hub, configuration: configuration, access: access)
     let application = Application(
         router: router,
         server: HTTPServerBuilder { responder in
             FanoutChannel(responder: responder, subscribe: subscribe)
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fanout"),
-        services: [LeaseReaper(hub: hub, leaseTTL: configuration.leaseTTL, heartbeatInterval: configuration.heartbeatInterval)],
+        services: [HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval)],
         onServerRunning: { channel in
             await onServerRunning(channel.localAddress?.port ?? configuration.port)
         },

@@ -1,228 +1,330 @@
 import CartStore
+import FanoutTestSupport
 import Foundation
+import GRDB
 import Logging
 import NIOCore
 import NIOEmbedded
-import NIOWebSocket
-import Synchronization
+import NIOPosix
 import Testing
 @testable import FanoutServer
 
-@Suite("Fan-out hub")
-struct HubTests {
-    static func hub(_ store: CartStore) -> FanoutHub {
-        var logger = Logger(label: "hub-test")
-        logger.logLevel = .critical
-        let hub = FanoutHub(latestSeq: 0, logger: logger)
-        store.observers.add(hub)
-        return hub
+/// A transport that records what the hub writes, for tests. It lives on its subscriber's loop;
+/// tests reach it through `loop.submit`.
+final class RecordingTransport: SubscriberTransport, @unchecked Sendable {
+    let loop: any EventLoop
+    var isWritable = true
+    var written: [ByteBuffer] = []
+    var closedFor: EndReason?
+    /// Called on every flush: a test can close the connection there, as a reset socket does.
+    var onFlush: (() -> Void)?
+
+    init(loop: any EventLoop) {
+        self.loop = loop
     }
 
-    /// Takes what is queued without waiting.
-    static func drain(_ outbox: Outbox) async -> [OutboxItem] {
-        var items: [OutboxItem] = []
-        while outbox.count > 0, case .item(let item) = await outbox.next() { items.append(item) }
-        return items
+    var framing: WireFraming { .webSocket }
+
+    func write(_ framed: ByteBuffer) { written.append(framed) }
+
+    func flush() { onFlush?() }
+
+    func writeAndFlush(_ framed: ByteBuffer) -> EventLoopFuture<Void> {
+        write(framed)
+        flush()
+        return loop.makeSucceededVoidFuture()
     }
 
-    @Test func aSubscriberThatDoesNotReadIsDroppedAndNobodyWaitsForIt() async throws {
-        let store = try CartStore.inMemory()
-        let hub = Self.hub(store)
-        let stuck = Subscriber(id: "stuck", outboxLimit: 8)
-        let toldToClose = Mutex<CloseReason?>(nil)
-        stuck.outbox.onClose { reason in toldToClose.withLock { $0 = reason } }
-        let reader = Subscriber(id: "reader", outboxLimit: 8)
-        try hub.connect(stuck, maxConnections: 10)
-        try hub.connect(reader, maxConnections: 10)
-        hub.subscribe(stuck, carts: nil, since: 0)
-        hub.subscribe(reader, carts: nil, since: 0)
-        var seen: [Int64] = []
-        // 50 commits while `stuck` never reads: every one returns, `reader` gets them all.
-        for index in 0..<50 {
-            try await store.addItem(cartID: "c", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
-            for item in await Self.drain(reader.outbox) {
-                if case .frame(let frame) = item, let seq = frame.seq { seen.append(seq) }
-            }
+    func close(for reason: EndReason) { closedFor = reason }
+
+    /// The server messages written so far, decoded as a client would.
+    func messages() throws -> [ServerMessage] {
+        try written.map { frame in
+            let payload = try #require(WireFrameTests.decode(frame)).payload
+            return try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(payload.readableBytesView))
         }
-        #expect(seen == Array(1...50))
-        #expect(stuck.outbox.closedReason == .tooSlow)
-        #expect(toldToClose.withLock { $0 } == .tooSlow, "its connection must be told to close")
-        guard case .closed(.tooSlow) = await stuck.outbox.next() else {
-            Issue.record("the stuck subscriber's writer must learn it is too slow"); return
-        }
-        #expect(hub.stats.slowConsumerDrops == 1)
-        #expect(hub.stats.subscribers == 1)
-        #expect(hub.deliveredCount(seq: 50) == 1)
     }
 
-    @Test func eventsAreEncodedOnceAndSharedByEverySubscriber() async throws {
-        let store = try CartStore.inMemory()
-        let hub = Self.hub(store)
-        let subscribers = (0..<3).map { Subscriber(id: "s\($0)", outboxLimit: 8) }
-        for subscriber in subscribers {
-            try hub.connect(subscriber, maxConnections: 10)
-            hub.subscribe(subscriber, carts: nil, since: 0)
-            _ = await subscriber.outbox.next()  // the .start item
-        }
-        try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
-        var frames: [OutboundFrame] = []
-        for subscriber in subscribers {
-            if case .item(.frame(let frame)) = await subscriber.outbox.next() { frames.append(frame) }
-        }
-        #expect(frames.count == 3)
-        // Same storage, not equal copies.
-        let addresses = frames.map { frame in frame.text.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) } }
-        #expect(Set(addresses).count == 1)
-    }
-
-    @Test func connectionsAreCappedAndRefusedWhileShuttingDown() throws {
-        let hub = FanoutHub(latestSeq: 0, logger: Logger(label: "hub-test"))
-        try hub.connect(Subscriber(id: "a", outboxLimit: 1), maxConnections: 1)
-        #expect(throws: FanoutHub.ConnectRefusal.full) { try hub.connect(Subscriber(id: "b", outboxLimit: 1), maxConnections: 1) }
-        hub.shutDown()
-        #expect(hub.stats.subscribers == 0)
-        #expect(throws: FanoutHub.ConnectRefusal.shuttingDown) { try hub.connect(Subscriber(id: "c", outboxLimit: 1), maxConnections: 5) }
-    }
-
-    @Test func leasesLapseOnlyAfterTheTTL() throws {
-        let hub = FanoutHub(latestSeq: 0, logger: Logger(label: "hub-test"))
-        let start = ContinuousClock.now
-        let subscriber = Subscriber(id: "a", outboxLimit: 1, now: start)
-        try hub.connect(subscriber, maxConnections: 5)
-        #expect(hub.expireLeases(ttl: .seconds(1), now: start + .milliseconds(900)) == 0)
-        subscriber.heard(at: start + .milliseconds(900))
-        #expect(hub.expireLeases(ttl: .seconds(1), now: start + .milliseconds(1_500)) == 0)
-        #expect(hub.expireLeases(ttl: .seconds(1), now: start + .milliseconds(2_000)) == 1)
-        #expect(subscriber.outbox.closedReason == .leaseExpired)
-        #expect(hub.stats.expiries == 1)
+    func seqs() throws -> [Int64] {
+        try messages().compactMap { if case .event(let event) = $0 { event.seq } else { nil } }
     }
 }
 
-/// A live subscriber on an `EmbeddedChannel`: the test decides when its connection has room
-/// and runs its event loop by hand.
+/// A hub over an in-memory store, with subscribers on one real event loop.
+struct HubHarness {
+    let store: CartStore
+    let hub: FanoutHub
+    let loop: any EventLoop
+
+    init(_ settings: FanoutHub.Settings = .init(), loop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(), store: CartStore? = nil) throws {
+        self.store = try store ?? CartStore.inMemory()
+        var logger = Logger(label: "hub-test")
+        logger.logLevel = .critical
+        hub = FanoutHub(store: self.store, latestSeq: 0, settings: settings, logger: logger)
+        self.store.observers.add(hub)
+        self.loop = loop
+    }
+
+    /// Connects a subscriber, subscribes it, and waits until it is live.
+    func live(carts: Set<String>? = nil, since: Int64 = 0) async throws -> (Subscriber, RecordingTransport) {
+        let (subscriber, transport) = try await connect()
+        try await loop.submit { subscriber.subscribe(carts: carts, since: since) }.get()
+        try await eventually("live") { try await onLoop { subscriber.phase == .live } }
+        return (subscriber, transport)
+    }
+
+    func connect() async throws -> (Subscriber, RecordingTransport) {
+        try await loop.submit {
+            let transport = RecordingTransport(loop: loop)
+            let subscriber = Subscriber(loop: loop, hub: hub, transport: transport)
+            hub.connect(subscriber)
+            return (subscriber, transport)
+        }.get()
+    }
+
+    func onLoop<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await loop.submit(body).get()
+    }
+
+    func add(_ cart: String = "c", sku: String) async throws {
+        try await store.addItem(cartID: cart, sku: sku, quantity: 1, unitPriceCents: 1)
+    }
+}
+
+@Suite("Fan-out hub")
+struct HubTests {
+    @Test func aSubscriberThatDoesNotReadIsDroppedAndNobodyWaitsForIt() async throws {
+        let harness = try HubHarness(.init(ringCapacity: 8))
+        let (stuck, stuckTransport) = try await harness.live()
+        let (_, reader) = try await harness.live()
+        try await harness.onLoop { stuckTransport.isWritable = false }
+        // Commits while `stuck` never reads: every one returns, `reader` gets them all.
+        for index in 0..<20 { try await harness.add(sku: "s\(index)") }
+        try await eventually("the stuck one dropped") { try await harness.onLoop { stuck.isEnded } }
+        for index in 20..<50 { try await harness.add(sku: "s\(index)") }
+        try await eventually("all 50 read") { try await harness.onLoop { try reader.seqs().count == 50 } }
+        #expect(try await harness.onLoop { try reader.seqs() } == Array(1...50))
+        #expect(try await harness.onLoop { stuckTransport.closedFor } == .tooSlow, "its connection must be told why")
+        #expect(harness.hub.stats.slowConsumerDrops == 1)
+        #expect(harness.hub.stats.subscribers == 1)
+        #expect(harness.hub.deliveredCount(seq: 50) == 1)
+    }
+
+    @Test func eventsAreEncodedOnceAndSharedByEverySubscriber() async throws {
+        let harness = try HubHarness()
+        var recording: [RecordingTransport] = []
+        for _ in 0..<3 { recording.append(try await harness.live().1) }
+        let transports = recording
+        try await harness.add(sku: "a")
+        try await eventually("all three written") {
+            try await harness.onLoop { transports.allSatisfy { !$0.written.isEmpty } }
+        }
+        let addresses = try await harness.onLoop {
+            transports.map { $0.written[0].withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) } }
+        }
+        // Same storage, not equal copies.
+        #expect(Set(addresses).count == 1)
+    }
+
+    @Test func subscribersAreCappedAndRefusedWhileShuttingDown() async throws {
+        let harness = try HubHarness(.init(maxSubscribers: 1))
+        let (a, aTransport) = try await harness.connect()
+        let (b, bTransport) = try await harness.connect()
+        #expect(try await harness.onLoop { (a.isEnded, bTransport.closedFor) } == (false, .serverFull))
+        #expect(try await harness.onLoop { b.isEnded })
+        harness.hub.shutDown()
+        try await eventually("a ended") { try await harness.onLoop { aTransport.closedFor == .shuttingDown } }
+        let (_, cTransport) = try await harness.connect()
+        #expect(try await harness.onLoop { cTransport.closedFor } == .shuttingDown)
+        let stats = harness.hub.stats
+        #expect(stats.subscribers == 0)
+        #expect(stats.ended["serverFull"] == 1)
+        #expect(stats.ended["shuttingDown"] == 2)
+    }
+
+    @Test func aSubscriberCatchesUpFromTheLogThenTheRingUnderConcurrentWriters() async throws {
+        // A small ring and small pages: the catch-up must read several pages while the ring moves.
+        let harness = try HubHarness(.init(ringCapacity: 16, catchUpPageSize: 7))
+        for index in 0..<100 { try await harness.add(sku: "s\(index)") }
+        let writers = Task { try await writeConcurrently(to: harness.store, writers: 4, perWriter: 50) }
+        let (subscriber, transport) = try await harness.live(since: 30)
+        try await writers.value
+        try await eventually("everything after 30") { try await harness.onLoop { try transport.seqs().last == 300 } }
+        #expect(try await harness.onLoop { try transport.seqs() } == Array(31...300), "no gap, no duplicate")
+        #expect(try await harness.onLoop { subscriber.cursor } == 300)
+    }
+
+    @Test func aSnapshotGoesOutInBoundedParts() async throws {
+        let harness = try HubHarness()
+        let cartCount = SnapshotParts.maxCarts * 2 + 3
+        for index in 0..<cartCount { try await harness.add("cart\(index)", sku: "a") }
+        let (subscriber, transport) = try await harness.connect()
+        try await harness.onLoop { subscriber.subscribe(carts: nil, since: nil) }
+        try await eventually("live") { try await harness.onLoop { subscriber.phase == .live } }
+        let frames = try await harness.onLoop { transport.written }
+        let parts = try frames.map { frame in
+            let payload = try #require(WireFrameTests.decode(frame)).payload
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(payload.readableBytesView)) as? [String: Any])
+            return PartSummary(carts: (object["carts"] as? [Any])?.count ?? -1, seq: object["seq"] as? Int ?? -1, more: object["more"] as? Bool ?? false)
+        }
+        #expect(parts == [
+            PartSummary(carts: SnapshotParts.maxCarts, seq: cartCount, more: true),
+            PartSummary(carts: SnapshotParts.maxCarts, seq: cartCount, more: true),
+            PartSummary(carts: 3, seq: cartCount, more: false),
+        ])
+    }
+
+    struct PartSummary: Equatable, Sendable {
+        var carts: Int
+        var seq: Int
+        var more: Bool
+    }
+
+    @Test func aCatchUpThatCannotReadTheLogEndsTheSubscriberWithAReason() async throws {
+        let path = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString).sqlite").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        // The ring keeps one event: a subscriber after 0 must read the log.
+        let harness = try HubHarness(.init(ringCapacity: 1), store: try CartStore(path: path))
+        for sku in ["a", "b", "c"] { try await harness.add(sku: sku) }
+        // The log becomes unreadable under the server (as a damaged file would be).
+        try await DatabaseQueue(path: path).write { try $0.execute(sql: "DROP TABLE cart_events") }
+        let (subscriber, transport) = try await harness.connect()
+        try await harness.onLoop { subscriber.subscribe(carts: nil, since: 0) }
+        try await eventually("ended") { try await harness.onLoop { transport.closedFor != nil } }
+        #expect(try await harness.onLoop { transport.closedFor } == .failed)
+        #expect(harness.hub.stats.ended["failed"] == 1)
+        #expect(harness.hub.stats.subscribers == 0)
+    }
+}
+
+@Suite("Leases")
+struct LeaseTests {
+    @Test func aLeaseLapsesOnlyAfterTheTTLWithoutASignOfLife() throws {
+        let loop = EmbeddedEventLoop()
+        let harness = try HubHarness(.init(leaseTTL: .seconds(1)), loop: loop)
+        let transport = RecordingTransport(loop: loop)
+        let subscriber = Subscriber(loop: loop, hub: harness.hub, transport: transport)
+        harness.hub.connect(subscriber)
+        loop.advanceTime(by: .milliseconds(900))
+        subscriber.heard()
+        loop.advanceTime(by: .milliseconds(900))
+        #expect(transport.closedFor == nil, "heard 900 ms ago")
+        loop.advanceTime(by: .milliseconds(99))
+        #expect(transport.closedFor == nil)
+        loop.advanceTime(by: .milliseconds(1))
+        #expect(transport.closedFor == .leaseExpired)
+        #expect(harness.hub.stats.expiries == 1)
+        #expect(harness.hub.stats.subscribers == 0)
+    }
+
+    @Test func healthySubscribersCostOneLeaseCheckPerTTLWhateverTheirNumberOfHeartbeats() throws {
+        let loop = EmbeddedEventLoop()
+        let harness = try HubHarness(.init(leaseTTL: .seconds(1)), loop: loop)
+        let subscribers = (0..<20).map { _ in Subscriber(loop: loop, hub: harness.hub, transport: RecordingTransport(loop: loop)) }
+        for subscriber in subscribers { harness.hub.connect(subscriber) }
+        // Ten seconds of heartbeats every 100 ms.
+        for _ in 0..<100 {
+            loop.advanceTime(by: .milliseconds(100))
+            for subscriber in subscribers { subscriber.heard() }
+        }
+        #expect(harness.hub.stats.subscribers == 20)
+        // One check per subscriber per TTL: a sweep every 250 ms would have made 40 each.
+        #expect(harness.hub.leaseCheckCount <= 20 * 11)
+    }
+}
+
+/// The live fan-out of one loop, with the test deciding when a connection has room.
 @Suite("Live fan-out")
 struct LiveFanoutTests {
-    struct Live {
-        let hub: FanoutHub
-        let subscriber: Subscriber
-        let channel: EmbeddedChannel
-        let store: CartStore
+    /// Commits an event as the store would announce it.
+    static func commit(_ harness: HubHarness, seq: Int64, cart: String = "c") {
+        let event = CartEvent(seq: seq, cartID: cart, change: .cartCleared, version: seq, committedAt: Date())
+        harness.hub.cartStore(harness.store, didCommit: event)
+    }
 
-        /// - Parameter closesOnFlush: the connection closes while it is being flushed, as a socket
-        ///   does when the peer has reset it.
-        init(lagLimit: Int, carts: Set<String>? = nil, closesOnFlush: Bool = false) async throws {
-            store = try CartStore.inMemory()
-            var logger = Logger(label: "hub-test")
-            logger.logLevel = .critical
-            hub = FanoutHub(latestSeq: 0, lagLimit: lagLimit, logger: logger)
-            let subscriber = Subscriber(id: "s", outboxLimit: 8)
-            self.subscriber = subscriber
-            channel = EmbeddedChannel()
-            if closesOnFlush { try channel.pipeline.syncOperations.addHandler(ClosesOnFlush()) }
-            // As `SubscriberHandler` does: a closed connection closes the outbox and leaves the hub.
-            let hub = hub
-            try channel.pipeline.syncOperations.addHandler(OnInactive {
-                subscriber.outbox.close(.connectionEnded)
-                hub.disconnect(subscriber)
-            })
-            try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
-            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
-            try hub.connect(subscriber, maxConnections: 1)
-            hub.subscribe(subscriber, carts: carts, since: 0)
-            _ = await subscriber.outbox.next()  // the .start item: the history is empty
-            let wentLive = hub.goLive(subscriber)
-            #expect(wentLive)
-            let fanout = hub.fanout(for: channel.eventLoop)
-            subscriber.outbox.onClose { _ in fanout.remove(subscriber) }
-            let wire = WireWriter.make(for: channel, onWritable: fanout.writabilityChanged)
-            channel.embeddedEventLoop.run()
-            fanout.add(subscriber, wire: try await wire.get(), carts: carts, after: 0)
-            channel.embeddedEventLoop.run()
+    /// What was written since the last call, once the loop has run its passes.
+    static func written(_ harness: HubHarness, _ transport: RecordingTransport) async throws -> [Int64] {
+        try await harness.onLoop {
+            defer { transport.written.removeAll() }
+            return try transport.seqs()
         }
+    }
 
-        /// Commits an event as the store would announce it, and runs the loop.
-        func commit(seq: Int64, cart: String = "c") {
-            let event = CartEvent(seq: seq, cartID: cart, change: .cartCleared, version: seq, committedAt: Date())
-            hub.cartStore(store, didCommit: event)
-            channel.embeddedEventLoop.run()
-        }
-
-        /// The seqs of the frames written to the connection since the last call.
-        func written() throws -> [Int64] {
-            var seqs: [Int64] = []
-            while let frame = try channel.readOutbound(as: ByteBuffer.self) {
-                let payload = try #require(WireFrameTests.decode(frame)).payload
-                if case .event(let event) = try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(payload.readableBytesView)) {
-                    seqs.append(event.seq)
-                }
-            }
-            return seqs
-        }
-
-        func setWritable(_ writable: Bool) {
-            channel.isWritable = writable
-            channel.pipeline.fireChannelWritabilityChanged()
-            channel.embeddedEventLoop.run()
+    static func setWritable(_ writable: Bool, _ harness: HubHarness, _ transport: RecordingTransport) async throws {
+        try await harness.onLoop {
+            transport.isWritable = writable
+            if writable { harness.hub.fanout(for: harness.loop).drained() }
         }
     }
 
     @Test func aFullConnectionIsSkippedAndCarriesOnWhenItDrains() async throws {
-        let live = try await Live(lagLimit: 100, carts: ["c"])
-        live.commit(seq: 1)
-        #expect(try live.written() == [1])
-        live.setWritable(false)
-        for seq in Int64(2)...6 { live.commit(seq: seq, cart: seq == 4 ? "other" : "c") }
-        #expect(try live.written() == [], "nothing is written while the connection is full")
+        let harness = try HubHarness(.init(ringCapacity: 100))
+        let (_, transport) = try await harness.live(carts: ["c"])
+        Self.commit(harness, seq: 1)
+        #expect(try await Self.written(harness, transport) == [1])
+        try await Self.setWritable(false, harness, transport)
+        for seq in Int64(2)...6 { Self.commit(harness, seq: seq, cart: seq == 4 ? "other" : "c") }
+        #expect(try await Self.written(harness, transport) == [], "nothing is written while the connection is full")
         // No later event: draining alone must bring the rest, in order, without the other cart.
-        live.setWritable(true)
-        #expect(try live.written() == [2, 3, 5, 6])
-        #expect(live.hub.stats.liveSubscribers == 1)
-        #expect(live.hub.stats.slowConsumerDrops == 0)
+        try await Self.setWritable(true, harness, transport)
+        #expect(try await Self.written(harness, transport) == [2, 3, 5, 6])
+        #expect(harness.hub.stats.liveSubscribers == 1)
+        #expect(harness.hub.stats.slowConsumerDrops == 0)
     }
 
     @Test func aConnectionThatClosesWhileItIsFlushedLeavesTheFanOut() async throws {
-        let live = try await Live(lagLimit: 100, closesOnFlush: true)
-        live.commit(seq: 1)
-        #expect(live.subscriber.outbox.closedReason == .connectionEnded)
-        #expect(live.hub.stats.liveSubscribers == 0)
-        live.commit(seq: 2)  // a pass with nobody left
-        #expect(live.hub.stats.liveSubscribers == 0)
+        let harness = try HubHarness()
+        let (subscriber, transport) = try await harness.live()
+        try await harness.onLoop { transport.onFlush = { subscriber.end(.peerClosed) } }
+        Self.commit(harness, seq: 1)
+        try await eventually("ended") { try await harness.onLoop { subscriber.isEnded } }
+        #expect(harness.hub.stats.liveSubscribers == 0)
+        Self.commit(harness, seq: 2)  // a pass with nobody left
+        #expect(try await Self.written(harness, transport) == [1])
+        #expect(harness.hub.stats.ended["peerClosed"] == 1)
     }
 
     @Test func aSubscriberThatFallsOutOfTheRingIsDroppedAsTooSlow() async throws {
-        let live = try await Live(lagLimit: 4)
-        live.setWritable(false)
-        for seq in Int64(1)...4 { live.commit(seq: seq) }
-        #expect(live.subscriber.outbox.closedReason == nil, "4 behind is within the limit")
-        live.commit(seq: 5)
-        #expect(live.subscriber.outbox.closedReason == .tooSlow)
-        #expect(live.hub.stats.slowConsumerDrops == 1)
-        #expect(live.hub.stats.liveSubscribers == 0)
-        #expect(live.hub.stats.subscribers == 0)
-    }
-}
-
-/// Closes the channel when it is flushed.
-final class ClosesOnFlush: ChannelOutboundHandler, Sendable {
-    typealias OutboundIn = NIOAny
-
-    func flush(context: ChannelHandlerContext) {
-        context.close(promise: nil)
-    }
-}
-
-/// Calls `action` when the channel goes inactive.
-final class OnInactive: ChannelInboundHandler, Sendable {
-    typealias InboundIn = NIOAny
-    let action: @Sendable () -> Void
-
-    init(_ action: @escaping @Sendable () -> Void) {
-        self.action = action
+        let harness = try HubHarness(.init(ringCapacity: 4))
+        let (_, transport) = try await harness.live()
+        try await Self.setWritable(false, harness, transport)
+        for seq in Int64(1)...4 { Self.commit(harness, seq: seq) }
+        #expect(try await harness.onLoop { transport.closedFor } == nil, "4 behind is within the limit")
+        Self.commit(harness, seq: 5)
+        try await eventually("dropped") { try await harness.onLoop { transport.closedFor == .tooSlow } }
+        #expect(harness.hub.stats.slowConsumerDrops == 1)
+        #expect(harness.hub.stats.liveSubscribers == 0)
+        #expect(harness.hub.stats.subscribers == 0)
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
-        action()
-        context.fireChannelInactive()
+    @Test func aStuckSubscriberDoesNotMakeEveryPassReadItsBacklog() async throws {
+        let harness = try HubHarness(.init(ringCapacity: 1_000))
+        let (_, stuck) = try await harness.live()
+        let (_, reader) = try await harness.live()
+        try await Self.setWritable(false, harness, stuck)
+        for seq in Int64(1)...200 {
+            Self.commit(harness, seq: seq)
+            #expect(try await Self.written(harness, reader) == [seq])
+        }
+        // One new item per pass; reading from the stuck one's cursor would be 200 · 201 / 2.
+        #expect(try await harness.onLoop { harness.hub.fanout(for: harness.loop).itemsRead } <= 200)
+        #expect(try await harness.onLoop { stuck.closedFor } == nil)
+    }
+
+    @Test func heartbeatsGoOnlyToSubscribersThatHaveEverythingTheyAnnounce() async throws {
+        let harness = try HubHarness()
+        let (_, current) = try await harness.live()
+        let (_, behind) = try await harness.live()
+        try await Self.setWritable(false, harness, behind)
+        Self.commit(harness, seq: 1)
+        _ = try await Self.written(harness, current)
+        try await harness.onLoop { behind.isWritable = true }  // room again, but not yet drained
+        harness.hub.heartbeat()
+        let heard = try await harness.onLoop { (try current.messages(), try behind.messages()) }
+        #expect(heard.0 == [.heartbeat(latestSeq: 1)])
+        // Its pass comes first: the event, then the heartbeat that says it has it.
+        #expect(heard.1 == [try #require(heard.1.first), .heartbeat(latestSeq: 1)])
+        if case .event(let event) = heard.1.first { #expect(event.seq == 1) } else { Issue.record("the event first") }
     }
 }
 
@@ -247,7 +349,7 @@ struct WireFrameTests {
     @Test(arguments: [0, 125, 126, 300, 65_535, 65_536, 200_000])
     func textFramesCarryTheirPayloadWithTheRightLengthEncoding(length: Int) throws {
         let payload = ByteBuffer(repeating: UInt8(ascii: "x"), count: length)
-        let decoded = try #require(Self.decode(WireWriter.textFrame(payload)))
+        let decoded = try #require(Self.decode(WebSocketFrames.text(payload)))
         #expect(decoded.opcodeByte == 0x81, "FIN + text")
         #expect(!decoded.masked, "servers do not mask")
         #expect(decoded.payload == payload)

@@ -1,49 +1,66 @@
 import DequeModule
 import NIOConcurrencyHelpers
-import NIOCore
 
-/// The most recent events, encoded for the wire once, that live subscribers read from.
+/// The most recent events, as shared bytes: the one buffer between the store and the live
+/// subscribers.
 ///
-/// The store's writer thread appends each committed event; each event loop reads what its
+/// The store's writer thread appends every committed event, in seq order, so the ring always
+/// holds a contiguous run of seqs ending at the newest. Each event loop reads from it what its
 /// subscribers have not yet been sent (see `LoopFanout`). It holds at most `capacity` events:
-/// when full, appending forgets the oldest, and a subscriber still behind it is too slow
-/// (it resumes from the durable log with `since`). So the writer never waits for a reader,
-/// and memory stays bounded however slow they are.
+/// when full, appending forgets the oldest, so the writer never waits for a reader. A subscriber
+/// whose cursor is older than what the ring still holds has fallen out of it: it is ended as too
+/// slow, and resumes from the durable log with `since`.
 final class LiveRing: Sendable {
-    struct Item: Sendable {
-        let seq: Int64
-        let cartID: String
-        /// A complete WebSocket text frame, shared by every subscriber.
-        let frame: ByteBuffer
-    }
-
     let capacity: Int
-    private let items: NIOLockedValueBox<Deque<Item>>
+    private struct State {
+        var items: Deque<EventBytes>
+        /// The seq the next append will carry: everything before it was committed.
+        var nextSeq: Int64
+    }
+    private let state: NIOLockedValueBox<State>
 
-    init(capacity: Int) {
+    /// - Parameter latestSeq: the newest seq committed before the ring starts.
+    init(capacity: Int, latestSeq: Int64) {
         self.capacity = max(1, capacity)
-        items = NIOLockedValueBox(Deque(minimumCapacity: min(self.capacity, 4_096)))
+        state = NIOLockedValueBox(State(items: Deque(minimumCapacity: min(self.capacity, 4_096)), nextSeq: latestSeq + 1))
     }
 
-    /// Appends the next event; seqs must arrive in order (the store delivers them so).
-    func append(_ item: Item) {
-        items.withLockedValue { items in
-            if items.count == capacity { items.removeFirst() }
-            items.append(item)
+    /// Appends the next event (the store delivers them in seq order); forgets the oldest when full.
+    func append(_ item: EventBytes) {
+        state.withLockedValue { state in
+            if state.items.count == capacity { state.items.removeFirst() }
+            state.items.append(item)
+            state.nextSeq = item.seq + 1
         }
     }
 
-    /// The events after `seq`, oldest first, and whether any event after `seq` was already
-    /// forgotten (the reader fell more than `capacity` events behind).
-    func items(after seq: Int64) -> (items: [Item], missed: Bool) {
-        items.withLockedValue { items in
-            guard let first = items.first else { return ([], false) }
-            if seq + 1 < first.seq { return (Array(items), true) }
-            // Seqs ascend: find the first one after `seq`, from the newest end, where readers
-            // that keep up look.
-            var start = items.count
-            while start > 0, items[start - 1].seq > seq { start -= 1 }
-            return (Array(items[start...]), false)
+    /// The oldest seq the ring can still give: a cursor before `oldestSeq - 1` has fallen out.
+    var oldestSeq: Int64 {
+        state.withLockedValue { $0.items.first?.seq ?? $0.nextSeq }
+    }
+
+    /// Whether the ring alone can serve a reader at `cursor`: it holds every event after it
+    /// that was appended so far, and the cursor is not past the newest appended (a cursor past
+    /// it is ahead of the log, or of the ring for an instant: only the log can tell).
+    func covers(_ cursor: Int64) -> Bool {
+        state.withLockedValue { state in
+            let oldest = state.items.first?.seq ?? state.nextSeq
+            return cursor + 1 >= oldest && cursor < state.nextSeq
+        }
+    }
+
+    /// The events after `seq` that the ring holds, oldest first: a copy of the references only.
+    func items(after seq: Int64) -> [EventBytes] {
+        state.withLockedValue { state in
+            // Seqs ascend: the first one after `seq` by bisection, so a reader far behind costs
+            // a reader that keeps up nothing.
+            var start = 0
+            var end = state.items.count
+            while start < end {
+                let middle = (start + end) / 2
+                if state.items[middle].seq <= seq { start = middle + 1 } else { end = middle }
+            }
+            return Array(state.items[start...])
         }
     }
 }

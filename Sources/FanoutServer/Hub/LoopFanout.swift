@@ -5,38 +5,31 @@ import Synchronization
 /// for them.
 ///
 /// A commit pokes every loop; a poke schedules one pass unless one is already pending. A pass
-/// writes each subscriber every ring event after its cursor that it wants, then flushes it
-/// once: when events arrive faster than a pass takes, the next pass carries all of them, so a
-/// busy server makes fewer, larger `writev`s instead of falling behind one event at a time.
+/// writes each subscriber with room every ring event after its cursor that it wants, then
+/// flushes it once: when events arrive faster than a pass takes, the next pass carries all of
+/// them, so a busy server makes fewer, larger writes instead of falling behind one event at a
+/// time.
 ///
-/// A connection whose unsent bytes pass its high-water mark is skipped (its cursor stays) until
-/// it drains; one that falls out of the ring is dropped as too slow. Nothing waits for anyone.
+/// A connection without room is skipped (its cursor stays) until its transport reports it
+/// drained; one whose cursor the ring has dropped ends as too slow. A pass reads the ring only
+/// from the oldest cursor among the subscribers with room, so one stuck subscriber does not
+/// make every pass copy its backlog. Nothing waits for anyone.
 final class LoopFanout: @unchecked Sendable {
-    /// A live subscriber: where it reads up to, and where to write.
-    private struct Member {
-        let subscriber: Subscriber
-        let wire: WireWriter
-        let carts: Set<String>?
-        /// The newest seq it was sent (or that it skipped as another cart's).
-        var cursor: Int64
-    }
-
     let loop: any EventLoop
-    /// Weak: passes already queued on the loop may outlive a hub (in tests).
-    private weak var hub: FanoutHub?
     private let ring: LiveRing
     private let passPending = Atomic<Bool>(false)
     // Touched on `loop` only (hence @unchecked Sendable).
-    private var members: [Member] = []
+    private var members: [Subscriber] = []
     private var slotByID: [ObjectIdentifier: Int] = [:]
     /// While a pass walks `members`, removals wait in `leaving`: a flush can close a
-    /// connection at once, and its close removes the member, from inside the pass.
+    /// connection at once, and its end removes the member, from inside the pass.
     private var passing = false
-    private var leaving: Set<ObjectIdentifier> = []
+    private var leaving: [ObjectIdentifier] = []
+    /// Ring items read by passes so far (a test watches that a stuck member does not grow it).
+    private(set) var itemsRead = 0
 
-    init(loop: any EventLoop, hub: FanoutHub, ring: LiveRing) {
+    init(loop: any EventLoop, ring: LiveRing) {
         self.loop = loop
-        self.hub = hub
         self.ring = ring
     }
 
@@ -46,99 +39,104 @@ final class LoopFanout: @unchecked Sendable {
         loop.execute { self.pass() }
     }
 
-    /// Makes `subscriber` live from the event after `cursor`.
-    func add(_ subscriber: Subscriber, wire: WireWriter, carts: Set<String>?, after cursor: Int64) {
-        loop.execute {
-            guard self.slotByID[ObjectIdentifier(subscriber)] == nil, subscriber.outbox.closedReason == nil else { return }
-            self.slotByID[ObjectIdentifier(subscriber)] = self.members.count
-            self.members.append(Member(subscriber: subscriber, wire: wire, carts: carts, cursor: cursor))
-            self.pass()
-        }
+    /// On the loop: `subscriber` (live, its cursor set) joins, and gets what follows its cursor.
+    func add(_ subscriber: Subscriber) {
+        loop.assertInEventLoop()
+        let id = ObjectIdentifier(subscriber)
+        guard slotByID[id] == nil else { return }
+        slotByID[id] = members.count
+        members.append(subscriber)
+        pass()
     }
 
-    /// Stops writing to `subscriber`: at once when called on the loop (so that a close frame
-    /// written next is the connection's last frame), else on the loop's next turn.
+    /// On the loop: stops writing to `subscriber`, at once.
     func remove(_ subscriber: Subscriber) {
-        if loop.inEventLoop {
-            removeMember(ObjectIdentifier(subscriber))
+        loop.assertInEventLoop()
+        let id = ObjectIdentifier(subscriber)
+        if passing {
+            leaving.append(id)
         } else {
-            loop.execute { self.removeMember(ObjectIdentifier(subscriber)) }
+            removeMember(id)
         }
     }
 
-    /// Writes `frame` (a heartbeat) to every live subscriber that has all events and room.
-    func broadcast(_ frame: ByteBuffer) {
-        loop.execute {
-            self.pass()
-            for member in self.members where member.wire.isWritable {
-                member.wire.write(frame)
-                member.wire.flush()
-            }
-        }
-    }
-
-    /// The channel of a member became writable again: carry on where it stopped.
-    func writabilityChanged() {
+    /// A member's connection has room again: carry on where it stopped.
+    func drained() {
         poke()
     }
 
-    private func pass() {
-        loop.preconditionInEventLoop()
-        passPending.store(false, ordering: .sequentiallyConsistent)
-        guard let oldest = members.lazy.map(\.cursor).min() else { return }
-        let (items, missed) = ring.items(after: oldest)
-        guard let ringStart = items.first?.seq else { return }
-        passing = true
-        for index in members.indices {
-            let subscriber = members[index].subscriber
-            if !leaving.isEmpty, leaving.contains(ObjectIdentifier(subscriber)) { continue }
-            if missed, members[index].cursor + 1 < ringStart {
-                leaving.insert(ObjectIdentifier(subscriber))
-                hub?.drop(subscriber, because: .tooSlow)
-                continue
-            }
-            // A copy, not `inout members[index]`: the write may re-enter this fan-out.
-            var member = members[index]
-            write(items, to: &member)
-            members[index].cursor = member.cursor
+    /// On the loop, after a pass: sends a heartbeat saying `latestSeq` to every member that has
+    /// been sent everything up to it and has room (one that has not is still being sent events).
+    func heartbeat(latestSeq: Int64, frames: [ByteBuffer]) {
+        loop.assertInEventLoop()
+        pass()
+        for subscriber in members where subscriber.cursor >= latestSeq {
+            guard let transport = subscriber.transport, transport.isWritable else { continue }
+            transport.write(frames[transport.framing.rawValue])
+            transport.flush()
         }
-        passing = false
-        for id in leaving { removeMember(id) }
-        leaving.removeAll()
     }
 
-    /// Writes `member` the items after its cursor that it wants, while its channel has room.
-    private func write(_ items: [LiveRing.Item], to member: inout Member) {
-        // Seqs ascend: the first item after the cursor by bisection, so that a member far
-        // behind makes nobody else scan what it still has to catch up on.
+    private func pass() {
+        loop.assertInEventLoop()
+        passPending.store(false, ordering: .sequentiallyConsistent)
+        guard !members.isEmpty else { return }
+        passing = true
+        defer {
+            passing = false
+            for id in leaving { removeMember(id) }
+            leaving.removeAll()
+        }
+        let oldestRetained = ring.oldestSeq
+        var from = Int64.max
+        for subscriber in members {
+            if subscriber.cursor + 1 < oldestRetained {
+                subscriber.end(.tooSlow)
+            } else if subscriber.transport?.isWritable == true {
+                from = min(from, subscriber.cursor)
+            }
+        }
+        guard from != .max else { return }
+        let items = ring.items(after: from)
+        itemsRead += items.count
+        guard !items.isEmpty else { return }
+        for subscriber in members where subscriber.phase == .live {
+            write(items, to: subscriber)
+        }
+    }
+
+    /// Writes `subscriber` the items after its cursor that it wants, while its connection has
+    /// room, and flushes once.
+    private func write(_ items: [EventBytes], to subscriber: Subscriber) {
+        guard let transport = subscriber.transport, transport.isWritable else { return }
+        let framing = transport.framing
+        var cursor = subscriber.cursor
+        // Seqs ascend: the first item after the cursor by bisection.
         var start = 0
         var end = items.count
         while start < end {
             let middle = (start + end) / 2
-            if items[middle].seq <= member.cursor { start = middle + 1 } else { end = middle }
+            if items[middle].seq <= cursor { start = middle + 1 } else { end = middle }
         }
         var wrote = false
         for item in items[start...] {
-            if member.carts?.contains(item.cartID) ?? true {
-                guard member.wire.isWritable else { break }
-                member.wire.write(item.frame)
+            if subscriber.wants(item.cartID) {
+                guard transport.isWritable else { break }
+                transport.write(item.framed(for: framing))
                 wrote = true
             }
-            member.cursor = item.seq
+            cursor = item.seq
         }
-        if wrote { member.wire.flush() }
+        subscriber.cursor = cursor
+        if wrote { transport.flush() }
     }
 
     private func removeMember(_ id: ObjectIdentifier) {
-        if passing {
-            leaving.insert(id)
-            return
-        }
         guard let index = slotByID.removeValue(forKey: id) else { return }
         let last = members.count - 1
         if index != last {
             members.swapAt(index, last)
-            slotByID[ObjectIdentifier(members[index].subscriber)] = index
+            slotByID[ObjectIdentifier(members[index])] = index
         }
         members.removeLast()
     }

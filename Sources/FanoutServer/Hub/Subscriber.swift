@@ -1,27 +1,116 @@
-import NIOConcurrencyHelpers
-import Synchronization
+import Logging
+import NIOCore
 
-/// One WebSocket connection, as the hub holds it: its outbox and its lease.
+/// A remote subscriber, whatever its transport: the one model the hub holds.
 ///
-/// The lease is the networked weak reference: every client message renews it, and when it
-/// lapses the reaper drops the subscriber, as a weak reference goes nil when nobody holds it.
-final class Subscriber: Sendable {
+/// Its life: `connected` (registered, its lease running) → `catchingUp` (receiving its snapshot
+/// or the log after its cursor, see `Subscriber+CatchUp.swift`) → `live` (served from the
+/// `LiveRing` by its event loop's `LoopFanout`) → `ended`, with the reason, through `end(_:)`,
+/// the one way out. Its lease (`Subscriber+Lease.swift`) is the networked weak reference: when
+/// the peer stops showing signs of life, the subscriber ends as a weak reference goes nil.
+///
+/// `@unchecked Sendable`: the hub and other threads hold it, but its mutable state is touched on
+/// `loop` only (asserted in debug builds); other threads reach it through `end(_:)`, which hops
+/// to the loop. Plain stored properties keep the live fan-out's per-event reads to a load.
+final class Subscriber: @unchecked Sendable {
+    enum Phase: Equatable {
+        /// Registered and leased, not yet subscribed (a WebSocket before its `subscribe`).
+        case connected
+        /// Receiving its snapshot or the log after its cursor, until the ring covers it.
+        case catchingUp
+        /// Served from the ring by its event loop.
+        case live
+        case ended(EndReason)
+    }
+
     let id: String
-    let outbox: Outbox
-    private let lastHeard: NIOLockedValueBox<ContinuousClock.Instant>
+    let loop: any EventLoop
+    let hub: FanoutHub
 
-    init(id: String, outboxLimit: Int, now: ContinuousClock.Instant = .now) {
+    private var _phase = Phase.connected
+    private var _carts: Set<String>?
+    private var _cursor: Int64 = 0
+    private var _transport: (any SubscriberTransport)?
+    /// The lease: the last sign of life, and the timer that checks it.
+    var lastHeard: NIODeadline
+    var leaseTimer: Scheduled<Void>?
+
+    /// Made on `loop`, with the transport that carries its bytes; `hub.connect` registers it.
+    init(id: String = Subscriber.newID(), loop: any EventLoop, hub: FanoutHub, transport: any SubscriberTransport) {
         self.id = id
-        self.outbox = Outbox(limit: outboxLimit)
-        self.lastHeard = NIOLockedValueBox(now)
+        self.loop = loop
+        self.hub = hub
+        self._transport = transport
+        self.lastHeard = loop.now
     }
 
-    /// Renews the lease.
-    func heard(at instant: ContinuousClock.Instant = .now) {
-        lastHeard.withLockedValue { $0 = instant }
+    var phase: Phase {
+        get { assertOnLoop(); return _phase }
+        set { assertOnLoop(); _phase = newValue }
     }
 
-    func leaseExpired(ttl: Duration, now: ContinuousClock.Instant) -> Bool {
-        lastHeard.withLockedValue { now - $0 > ttl }
+    /// Only events of these carts; `nil` for all. Set once, when it subscribes.
+    var carts: Set<String>? {
+        get { assertOnLoop(); return _carts }
+        set { assertOnLoop(); _carts = newValue }
+    }
+
+    /// The newest seq it was sent, or passed over as another cart's: it gets what follows.
+    var cursor: Int64 {
+        get { assertOnLoop(); return _cursor }
+        set { assertOnLoop(); _cursor = newValue }
+    }
+
+    /// Its connection, until it ends.
+    var transport: (any SubscriberTransport)? {
+        assertOnLoop()
+        return _transport
+    }
+
+    var isEnded: Bool {
+        if case .ended = phase { return true }
+        return false
+    }
+
+    func wants(_ cartID: String) -> Bool { carts?.contains(cartID) ?? true }
+
+    /// The one way out: every end of a subscriber comes here, once, from any thread.
+    ///
+    /// It records the reason, leaves the live fan-out (at once on the loop, so no live frame can
+    /// follow the transport's close), leaves the hub, which counts the reason in `/stats`, and
+    /// has the transport close for the reason. Later calls do nothing: the first reason wins.
+    func end(_ reason: EndReason) {
+        guard loop.inEventLoop else {
+            loop.execute { self.end(reason) }
+            return
+        }
+        let previous = _phase
+        if case .ended = previous { return }
+        _phase = .ended(reason)
+        leaseTimer?.cancel()
+        leaseTimer = nil
+        let transport = _transport
+        // Breaks the cycle with the transport, which holds this subscriber.
+        _transport = nil
+        if previous == .live { hub.fanout(for: loop).remove(self) }
+        hub.forget(self, wasIn: previous, because: reason)
+        transport?.close(for: reason)
+    }
+
+    @inline(__always)
+    private func assertOnLoop() {
+        assert(loop.inEventLoop, "a subscriber's state belongs to its event loop")
+    }
+
+    static func newID() -> String {
+        String(UInt64.random(in: 0...UInt64.max), radix: 36)
+    }
+}
+
+extension Logger {
+    func withSubscriber(_ id: String) -> Logger {
+        var logger = self
+        logger[metadataKey: "fanout.subscriber.id"] = "\(id)"
+        return logger
     }
 }

@@ -10,14 +10,14 @@ import NIOHTTPTypesHTTP1
 import NIOWebSocket
 
 /// The server's connections: HTTP/1 through Hummingbird's router, and `/subscribe` upgraded to
-/// a WebSocket that the event loop drives (`SubscriberHandler`), with no task per connection.
+/// a WebSocket that the event loop drives (`WebSocketTransport`), with no task per connection.
 ///
 /// Modelled on HummingbirdWebSocket's `HTTP1WebSocketUpgradeChannel`, whose `handle` runs the
 /// WebSocket handler in the connection's task for the connection's lifetime. Here the upgrade
 /// request is checked on the event loop, the upgrade installs NIO's frame decoder and encoder
-/// and a `SubscriberHandler`, and `handle` returns as soon as the upgrade is done: Hummingbird's
+/// and a `WebSocketTransport`, and `handle` returns as soon as the upgrade is done: Hummingbird's
 /// server does not close a channel when its `handle` returns, and its graceful shutdown still
-/// waits for every channel to close (`SubscriberHandler` closes with 1001 on quiescing).
+/// waits for every channel to close (a subscriber ends as shutting down on quiescing).
 struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
     /// What the first request of a connection turned it into.
     enum Negotiated: Sendable {
@@ -25,7 +25,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         case http(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
         /// An upgrade the checks refused: answered with the error, then closed.
         case refusedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, APIError)
-        /// A subscriber: its `SubscriberHandler` has the connection.
+        /// A subscriber: its `WebSocketTransport` has the connection.
         case subscriber
     }
 
@@ -42,10 +42,10 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
     static let receiveAllocator = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
 
     let responder: HTTPChannelHandler.Responder
-    let subscribe: SubscribeController
+    let subscribe: SubscribeEndpoint
     let http1: HTTP1Channel.Configuration
 
-    init(responder: @escaping HTTPChannelHandler.Responder, subscribe: SubscribeController, http1: HTTP1Channel.Configuration = .init()) {
+    init(responder: @escaping HTTPChannelHandler.Responder, subscribe: SubscribeEndpoint, http1: HTTP1Channel.Configuration = .init()) {
         self.responder = Self.redirectingUpgrades(responder)
         self.subscribe = subscribe
         self.http1 = http1
@@ -60,13 +60,13 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             let refusal = NIOLoopBoundBox<APIError?>(nil, eventLoop: channel.eventLoop)
             let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
                 maxFrameSize: subscribe.configuration.maxMessageSize,
-                // `SubscriberHandler` answers bad frames itself: an error message, then the close.
+                // `WebSocketTransport` answers bad frames itself: an error message, then the close.
                 enableAutomaticErrorHandling: false,
                 shouldUpgrade: { channel, head in
                     channel.eventLoop.makeCompletedFuture {
                         do {
                             let request = Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
-                            try subscribe.checkUpgrade(request)
+                            try subscribe.admit(request)
                             return HTTPHeaders()
                         } catch let error as APIError {
                             refusal.value = error
@@ -82,7 +82,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                         try channel.pipeline.syncOperations.addHandlers(
                             // Joins fragmented messages, within the same size limit as one frame.
                             NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: 1_024, maxAccumulatedFrameSize: maxSize),
-                            SubscriberHandler(controller: subscribe, logger: logger))
+                            WebSocketTransport(endpoint: subscribe, logger: logger))
                         return .subscriber
                     }
                 })

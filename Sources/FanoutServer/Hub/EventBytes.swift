@@ -1,0 +1,91 @@
+import CartStore
+import Foundation
+import NIOCore
+
+/// Where an event becomes bytes: its JSON is encoded once per commit, then framed once for each
+/// transport, and those same buffers go to every subscriber (`ByteBuffer` is copy-on-write, so
+/// sharing one copies nothing).
+struct EventBytes: Sendable {
+    let seq: Int64
+    let cartID: String
+    /// The event framed for each transport, by `WireFraming.rawValue`.
+    private let framed: [ByteBuffer]
+
+    init(_ event: CartEvent) {
+        seq = event.seq
+        cartID = event.cartID
+        framed = WireFraming.frameForAll(ServerEncoding.encode(.event(event)))
+    }
+
+    func framed(for framing: WireFraming) -> ByteBuffer { framed[framing.rawValue] }
+}
+
+/// How each transport wraps a server message's JSON. A new transport adds a case here and
+/// its framing: events are then framed for it once per commit, like for the others.
+enum WireFraming: Int, CaseIterable, Sendable {
+    case webSocket
+
+    func frame(_ json: ByteBuffer) -> ByteBuffer {
+        switch self {
+        case .webSocket: WebSocketFrames.text(json)
+        }
+    }
+
+    /// `json` framed for every transport, by `rawValue`.
+    static func frameForAll(_ json: ByteBuffer) -> [ByteBuffer] {
+        allCases.map { $0.frame(json) }
+    }
+}
+
+/// Encodes server messages as JSON with the product's encoder.
+enum ServerEncoding {
+    private static let encoder = FanoutJSON.encoder()
+
+    static func encode(_ message: ServerMessage) -> ByteBuffer {
+        guard let data = try? encoder.encode(message) else {
+            // Only non-finite numbers could fail, and the server sends none; never crash for it.
+            return ByteBuffer(string: #"{"code":"internal_error","message":"unencodable message","type":"error"}"#)
+        }
+        return ByteBuffer(bytes: data)
+    }
+}
+
+/// A snapshot as messages of bounded size: parts of at most `maxCarts` carts and, unless one
+/// cart alone is larger, `maxBytes` of JSON, so that no client needs an unbounded message. Every
+/// part carries the snapshot's seq and reason; all but the last say `"more":true`.
+enum SnapshotParts {
+    static let maxCarts = 500
+    static let maxBytes = 256 * 1024
+
+    static func encode(_ snapshot: CartSnapshot, reason: SnapshotReason) throws -> [ByteBuffer] {
+        let encoder = FanoutJSON.encoder()
+        var parts: [ByteBuffer] = []
+        var carts: [Data] = []
+        var size = 0
+        func finishPart(more: Bool) {
+            var part = ByteBuffer()
+            part.reserveCapacity(size + carts.count + 96)
+            part.writeString(#"{"carts":["#)
+            for (index, cart) in carts.enumerated() {
+                if index > 0 { part.writeString(",") }
+                part.writeBytes(cart)
+            }
+            part.writeString(#"],"#)
+            if more { part.writeString(#""more":true,"#) }
+            part.writeString(#""reason":"\#(reason.rawValue)","seq":\#(snapshot.seq),"type":"snapshot"}"#)
+            parts.append(part)
+            carts.removeAll(keepingCapacity: true)
+            size = 0
+        }
+        for cart in snapshot.carts {
+            let json = try encoder.encode(cart)
+            if !carts.isEmpty, carts.count == maxCarts || size + json.count > maxBytes {
+                finishPart(more: true)
+            }
+            carts.append(json)
+            size += json.count
+        }
+        finishPart(more: false)
+        return parts
+    }
+}

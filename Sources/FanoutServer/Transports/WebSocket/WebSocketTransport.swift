@@ -1,0 +1,316 @@
+import CartStore
+import Foundation
+import Logging
+import NIOCore
+import NIOWebSocket
+
+/// A `/subscribe` WebSocket after the upgrade: the transport of one `Subscriber`, driven by its
+/// event loop with no task per connection.
+///
+/// It reads the client's messages (each renews the lease), turns `subscribe` into
+/// `Subscriber.subscribe`, answers pings and the close handshake, and writes what the hub gives
+/// it below NIO's frame encoder (`WebSocketFrames`). Endings go through `Subscriber.end`; this
+/// transport's part is `close(for:)`, which says the reason with its close code, once.
+///
+/// The frames come from NIO's `WebSocketFrameDecoder` and `NIOWebSocketFrameAggregator`: whole
+/// messages of at most `maxMessageSize` bytes, and control frames.
+final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
+    typealias InboundIn = WebSocketFrame
+
+    /// The heartbeat as the fanout clients send it.
+    private static let plainHeartbeat = Array(#"{"type":"heartbeat"}"#.utf8)
+
+    /// How long a close handshake the server started waits for the client's close frame.
+    static let closeTimeout = TimeAmount.seconds(15)
+
+    private enum State {
+        case open
+        /// A close frame was sent; the channel closes on the client's close frame, or at the
+        /// timeout.
+        case closing(Scheduled<Void>?)
+        case closed
+    }
+
+    private let endpoint: SubscribeEndpoint
+    private let logger: Logger
+    private var state = State.open
+    private var subscriber: Subscriber?
+    /// Where framed bytes are written: the context of NIO's frame encoder, below it.
+    private var wire: ChannelHandlerContext?
+    private var channel: (any Channel)?
+    /// The answer to the newest ping that arrived while the connection had no room: sent when it
+    /// drains. Older ones are skipped, as RFC 6455 §5.5.3 allows, so a ping flood from a client
+    /// that does not read costs one pong, not one per ping.
+    private var pendingPong: ByteBuffer?
+    /// The client sent its close frame: answer with a close frame, nothing else.
+    private var answeringClose = false
+
+    init(endpoint: SubscribeEndpoint, logger: Logger) {
+        self.endpoint = endpoint
+        self.logger = logger
+    }
+
+    private var hub: FanoutHub { endpoint.hub }
+
+    // MARK: SubscriberTransport
+
+    var framing: WireFraming { .webSocket }
+
+    var isWritable: Bool { channel?.isWritable ?? false }
+
+    func write(_ framed: ByteBuffer) {
+        wire?.write(NIOAny(framed), promise: nil)
+    }
+
+    func flush() {
+        wire?.flush()
+    }
+
+    func writeAndFlush(_ framed: ByteBuffer) -> EventLoopFuture<Void> {
+        guard case .open = state, let wire else {
+            return channel!.eventLoop.makeFailedFuture(ChannelError.outputClosed)
+        }
+        return wire.writeAndFlush(NIOAny(framed))
+    }
+
+    func close(for reason: EndReason) {
+        switch reason {
+        case .leaseExpired:
+            startClosing(code: FanoutCloseCode.leaseExpired, reason: "lease expired: heartbeat more often")
+        case .tooSlow:
+            startClosing(code: FanoutCloseCode.tooSlow, reason: "too slow: reconnect and resume with since")
+        case .serverFull:
+            startClosing(code: FanoutCloseCode.serverFull, reason: "server full")
+        case .shuttingDown:
+            startClosing(code: .goingAway, reason: "server shutting down")
+        case .peerClosed:
+            // The client's close frame is answered (RFC 6455 §5.5.1); a vanished one is not.
+            startClosing(code: .normalClosure, reason: nil, closeNow: true)
+        case .violation(let violation):
+            let (code, error): (WebSocketErrorCode, (String, String)) = switch violation {
+            case .malformedFrame: (.protocolError, ("bad_frame", "the last frame broke the WebSocket rules"))
+            case .messageTooLarge: (.messageTooLarge, ("bad_frame", "messages are limited to \(endpoint.configuration.maxMessageSize) bytes"))
+            case .binaryMessage: (.policyViolation, ("binary_not_supported", "send JSON text frames, not binary"))
+            case .invalidText: (.dataInconsistentWithMessage, ("bad_frame", "text frames must be valid UTF-8"))
+            }
+            if !answeringClose { sendError(error.0, error.1) }
+            startClosing(code: code, reason: nil, closeNow: true)
+        case .failed:
+            sendError("internal_error", "the server could not read the event log; reconnect and resume with since")
+            startClosing(code: .unexpectedServerError, reason: "server error")
+        }
+    }
+
+    // MARK: Events
+
+    /// Added by the upgrade, on an active channel: registers the subscriber and welcomes it.
+    func handlerAdded(context: ChannelHandlerContext) {
+        channel = context.channel
+        guard context.channel.isActive else { return }
+        hub.connectionOpened()
+        // The live fan-out skips a connection while more than this many bytes wait unsent in it
+        // (and ends it once the ring drops its cursor): bounded memory per connection however
+        // slowly its client reads.
+        try? context.channel.syncOptions?.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: 16 * 1024, high: 64 * 1024))
+        wire = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
+        let subscriber = Subscriber(loop: context.eventLoop, hub: hub, transport: self)
+        self.subscriber = subscriber
+        guard hub.connect(subscriber) else { return }
+        let configuration = endpoint.configuration
+        send(.welcome(.init(
+            subscriberID: subscriber.id,
+            heartbeatInterval: configuration.heartbeatInterval.seconds,
+            leaseTTL: configuration.leaseTTL.seconds,
+            latestSeq: hub.latestSeq)))
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch state {
+        case .open:
+            break
+        case .closing:
+            // The close handshake: the client's close frame ends the connection; anything else
+            // is ignored.
+            if frame.opcode == .connectionClose { context.close(promise: nil) }
+            return
+        case .closed:
+            return
+        }
+        guard let subscriber else { return }
+        guard frame.reservedBits.isEmpty else {
+            // No extension was negotiated.
+            return subscriber.end(.violation(.malformedFrame))
+        }
+        switch frame.opcode {
+        case .text:
+            subscriber.heard()
+            received(frame.unmaskedData, from: subscriber)
+        case .binary:
+            subscriber.heard()
+            subscriber.end(.violation(.binaryMessage))
+        case .ping:
+            // The decoder refuses fragmented and long control frames.
+            pong(frame.unmaskedData)
+        case .pong:
+            break
+        case .connectionClose:
+            receivedClose(frame, from: subscriber)
+        default:
+            subscriber.end(.violation(.malformedFrame))
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            if let pong = pendingPong {
+                pendingPong = nil
+                write(pong)
+                flush()
+            }
+            if subscriber?.phase == .live { hub.fanout(for: context.eventLoop).drained() }
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent {
+            // The HTTP server is shutting down.
+            subscriber?.end(.shuttingDown)
+        } else if let event = event as? ChannelEvent, event == .inputClosed {
+            // The client half-closed: it will send nothing more, not even a close frame.
+            context.close(promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard let subscriber else {
+            context.close(promise: nil)
+            return
+        }
+        if let error = error as? NIOWebSocketError {
+            // From the frame decoder, which reads nothing more.
+            subscriber.end(.violation(error == .invalidFrameLength ? .messageTooLarge : .malformedFrame))
+        } else if let error = error as? NIOWebSocketFrameAggregator.Error {
+            subscriber.end(.violation(error == .accumulatedFrameSizeIsTooLarge ? .messageTooLarge : .malformedFrame))
+        } else {
+            logger.debug("subscriber connection error", metadata: ["fanout.error": "\(error)"])
+            context.close(promise: nil)
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if case .closing(let timeout) = state { timeout?.cancel() }
+        state = .closed
+        if let subscriber {
+            subscriber.end(.peerClosed)
+            hub.connectionClosed()
+        }
+        wire = nil
+        context.fireChannelInactive()
+    }
+
+    // MARK: Messages
+
+    /// A whole text message from the client.
+    private func received(_ data: ByteBuffer, from subscriber: Subscriber) {
+        // Most messages are this exact heartbeat: skip the JSON decoder (on the event loop).
+        if data.readableBytesView.elementsEqual(Self.plainHeartbeat) { return }
+        let message: ClientMessage
+        do {
+            message = try FanoutJSON.decoder().decode(ClientMessage.self, from: Data(data.readableBytesView))
+        } catch {
+            sendError("bad_message", "expected {\"type\":\"subscribe\"|\"heartbeat\",…}: \(Self.describe(error))")
+            return
+        }
+        switch message {
+        case .heartbeat:
+            break
+        case .subscribe(let carts, let since):
+            guard subscriber.phase == .connected else {
+                sendError("already_subscribed", "this connection is already subscribed; open another to change the carts")
+                return
+            }
+            if let problem = endpoint.validate(carts: carts, since: since) {
+                sendError(problem.code, problem.message)
+                return
+            }
+            subscriber.subscribe(carts: carts.map(Set.init), since: since)
+        }
+    }
+
+    /// The client's close frame, while open: answer it and close.
+    private func receivedClose(_ frame: WebSocketFrame, from subscriber: Subscriber) {
+        var data = frame.unmaskedData
+        let size = data.readableBytes
+        let code = data.readWebSocketErrorCode()
+        answeringClose = true
+        // As WSCore answers: 1000, unless the code is not one a peer may send.
+        if size > 0 {
+            switch code {
+            case nil:
+                return subscriber.end(.violation(.malformedFrame))
+            case .unknown(let number) where number < 3000 || number > 4999:
+                return subscriber.end(.violation(.malformedFrame))
+            default:
+                break
+            }
+        }
+        subscriber.end(.peerClosed)
+    }
+
+    private func pong(_ payload: ByteBuffer) {
+        let pong = WebSocketFrames.pong(payload)
+        if isWritable {
+            write(pong)
+            flush()
+        } else {
+            pendingPong = pong
+        }
+    }
+
+    // MARK: Writing
+
+    private func send(_ message: ServerMessage) {
+        guard case .open = state else { return }
+        write(WebSocketFrames.text(ServerEncoding.encode(message)))
+        flush()
+    }
+
+    private func sendError(_ code: String, _ message: String) {
+        send(.error(code: code, message: message))
+    }
+
+    // MARK: Closing
+
+    private func startClosing(code: FanoutCloseCode, reason: String) {
+        startClosing(code: .init(codeNumber: Int(code.rawValue)), reason: reason)
+    }
+
+    /// Sends the close frame, after which nothing else is written.
+    ///
+    /// - Parameter closeNow: close the channel once the frame is out instead of waiting for
+    ///   the client's close frame (when answering one, or when the input cannot be read).
+    private func startClosing(code: WebSocketErrorCode, reason: String?, closeNow: Bool = false) {
+        guard case .open = state, let wire else { return }
+        let channel = wire.channel
+        let written = wire.writeAndFlush(NIOAny(WebSocketFrames.close(code: code, reason: reason)))
+        if closeNow {
+            state = .closing(nil)
+            written.whenComplete { _ in channel.close(promise: nil) }
+        } else {
+            state = .closing(channel.eventLoop.scheduleTask(in: Self.closeTimeout) {
+                channel.close(promise: nil)
+            })
+        }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? DecodingError {
+            return ErrorMiddleware<FanoutRequestContext>.describe(error)
+        }
+        return "invalid JSON"
+    }
+}
