@@ -142,7 +142,7 @@ extension CartStore {
             committedAt: Date().millisecondsSince1970)
         // Validators see the outcome before anything is written; a throw rolls back.
         let pending = CartEvent(
-            seq: 0, cartID: cartID, change: change, version: eventRow.cartVersion,
+            seq: 0, cartID: cartID, change: change, encodedChange: eventRow.change, version: eventRow.cartVersion,
             committedAt: Date(millisecondsSince1970: eventRow.committedAt))
         var after = before
         after.apply(pending)

@@ -7,10 +7,15 @@ import Foundation
 public struct CartEvent: Codable, Sendable, Hashable {
     public var seq: Int64
     public var cartID: String
-    public var change: CartChange
+    public var change: CartChange {
+        didSet { encodedChange = nil }
+    }
     /// The cart's version after this change.
     public var version: Int64
     public var committedAt: Date
+    /// `change` as JSON (`EventJSON.change`), when the store already made it: the bytes of its
+    /// log row, reused for every message that carries the event. Not part of the event's value.
+    public internal(set) var encodedChange: String?
 
     public init(seq: Int64, cartID: String, change: CartChange, version: Int64, committedAt: Date) {
         self.seq = seq
@@ -18,6 +23,25 @@ public struct CartEvent: Codable, Sendable, Hashable {
         self.change = change
         self.version = version
         self.committedAt = committedAt
+    }
+
+    /// An event whose change is already encoded as JSON (read from, or written to, the log).
+    public init(seq: Int64, cartID: String, change: CartChange, encodedChange: String, version: Int64, committedAt: Date) {
+        self.init(seq: seq, cartID: cartID, change: change, version: version, committedAt: committedAt)
+        self.encodedChange = encodedChange
+    }
+
+    public static func == (lhs: CartEvent, rhs: CartEvent) -> Bool {
+        lhs.seq == rhs.seq && lhs.cartID == rhs.cartID && lhs.change == rhs.change
+            && lhs.version == rhs.version && lhs.committedAt == rhs.committedAt
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(seq)
+        hasher.combine(cartID)
+        hasher.combine(change)
+        hasher.combine(version)
+        hasher.combine(committedAt)
     }
 
     public var kind: CartChange.Kind { change.kind }

@@ -57,3 +57,29 @@ struct WireMessageTests {
         #expect(!CartLimits.isValidIdentifier(String(repeating: "a", count: 65)))
     }
 }
+
+@Suite("Event JSON")
+struct EventJSONTests {
+    static let events: [CartEvent] = [
+        CartEvent(seq: 1, cartID: "alice", change: .itemAdded(item: CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Green / \"Granny\" \\ é 🍏\n\t\u{1}"), addedQuantity: 2), version: 1, committedAt: Date(timeIntervalSince1970: 1_763_879_560.123)),
+        CartEvent(seq: 9_007_199_254_740_993, cartID: "b.c_d-1", change: .quantityChanged(sku: "x", quantity: 7), version: 42, committedAt: Date(timeIntervalSince1970: 0)),
+        CartEvent(seq: 3, cartID: "c", change: .itemRemoved(sku: "x"), version: 3, committedAt: Date(timeIntervalSince1970: 1_700_000_000)),
+        CartEvent(seq: 4, cartID: "c", change: .cartCleared, version: 4, committedAt: Date(timeIntervalSince1970: 1_700_000_000.5)),
+    ]
+
+    @Test(arguments: events)
+    func theEventMessageIsByteForByteWhatTheEncoderWrites(event: CartEvent) throws {
+        let encoded = try FanoutJSON.encoder().encode(ServerMessage.event(event))
+        #expect(try EventJSON.message(event) == Array(encoded))
+        // And around a change encoded beforehand, as the store hands it over.
+        let stored = CartEvent(seq: event.seq, cartID: event.cartID, change: event.change, encodedChange: try EventJSON.change(event.change), version: event.version, committedAt: event.committedAt)
+        #expect(try EventJSON.message(stored) == Array(encoded))
+        #expect(stored == event, "the encoded change is not part of the event's value")
+    }
+
+    @Test func changingTheChangeForgetsItsEncoding() throws {
+        var event = CartEvent(seq: 1, cartID: "c", change: .cartCleared, encodedChange: #"{"kind":"cartCleared"}"#, version: 1, committedAt: Date(timeIntervalSince1970: 0))
+        event.change = .itemRemoved(sku: "x")
+        #expect(try EventJSON.message(event) == Array(try FanoutJSON.encoder().encode(ServerMessage.event(event))))
+    }
+}

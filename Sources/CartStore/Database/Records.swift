@@ -81,7 +81,7 @@ struct CartEventRow: Codable, FetchableRecord, MutablePersistableRecord {
     init(cartID: String, change: CartChange, cartVersion: Int64, committedAt: Int64) throws {
         self.cartID = cartID
         self.kind = change.kind.rawValue
-        self.change = String(decoding: try Self.encoder.encode(change), as: UTF8.self)
+        self.change = try EventJSON.change(change)
         self.cartVersion = cartVersion
         self.committedAt = committedAt
     }
@@ -92,15 +92,11 @@ struct CartEventRow: Codable, FetchableRecord, MutablePersistableRecord {
             seq: seq,
             cartID: cartID,
             change: try Self.decoder.decode(CartChange.self, from: Data(change.utf8)),
+            encodedChange: change,
             version: cartVersion,
             committedAt: Date(millisecondsSince1970: committedAt))
     }
 
-    private static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        return encoder
-    }()
     private static let decoder = JSONDecoder()
 }
 

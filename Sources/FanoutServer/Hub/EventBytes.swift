@@ -2,9 +2,10 @@ import CartStore
 import Foundation
 import NIOCore
 
-/// Where an event becomes bytes: its JSON is encoded once per commit, then framed once for each
-/// transport, and those same buffers go to every subscriber (`ByteBuffer` is copy-on-write, so
-/// sharing one copies nothing).
+/// Where an event becomes bytes for the wire: its message is made once per commit around the
+/// change JSON the store wrote to the log (`EventJSON`), then framed once for each transport,
+/// and those same buffers go to every subscriber (`ByteBuffer` is copy-on-write, so sharing one
+/// copies nothing).
 struct EventBytes: Sendable {
     let seq: Int64
     let cartID: String
@@ -14,7 +15,7 @@ struct EventBytes: Sendable {
     init(_ event: CartEvent) {
         seq = event.seq
         cartID = event.cartID
-        framed = WireFraming.frameForAll(ServerEncoding.encode(.event(event)))
+        framed = WireFraming.frameForAll(ServerEncoding.event(event))
     }
 
     func framed(for framing: WireFraming) -> ByteBuffer { framed[framing.rawValue] }
@@ -40,6 +41,12 @@ enum WireFraming: Int, CaseIterable, Sendable {
 /// Encodes server messages as JSON with the product's encoder.
 enum ServerEncoding {
     private static let encoder = FanoutJSON.encoder()
+
+    /// An event message, around the change JSON it carries from the log (no encoder involved).
+    static func event(_ event: CartEvent) -> ByteBuffer {
+        guard let json = try? EventJSON.message(event) else { return encode(.event(event)) }
+        return ByteBuffer(bytes: json)
+    }
 
     static func encode(_ message: ServerMessage) -> ByteBuffer {
         guard let data = try? encoder.encode(message) else {

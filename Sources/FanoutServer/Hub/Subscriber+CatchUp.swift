@@ -78,7 +78,7 @@ extension Subscriber {
         case .tooOld:
             return try await sendSnapshot(.sinceTooOld, plan)
         case .events(let events, let latest):
-            try await send(events.map { plan.framing.frame(ServerEncoding.encode(.event($0))) })
+            try await send(events.map { plan.framing.frame(ServerEncoding.event($0)) })
             // A short page is the whole log (of these carts) as of the read.
             guard events.count == pageSize, let last = events.last else { return max(events.last?.seq ?? cursor, latest) }
             return last.seq
