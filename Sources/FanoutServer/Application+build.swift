@@ -53,7 +53,9 @@ func buildApplication(
         server: HTTPServerBuilder { responder in
             FanoutChannel(responder: responder, subscribe: subscribe)
         },
-        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fanout"),
+        configuration: .init(
+            address: .hostname(configuration.host, port: configuration.port), serverName: "fanout",
+            availableConnectionsDelegate: configuration.maxConnections.map { MaximumAvailableConnections($0, logger: logger) }),
         services: [HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval)],
         onServerRunning: { channel in
             await onServerRunning(channel.localAddress?.port ?? configuration.port)

@@ -73,6 +73,9 @@ struct FanoutServerCommand: AsyncParsableCommand {
 
         var logger = Logger(label: "fanout")
         logger.logLevel = configuration.logLevel
+        // Connections beyond the descriptors left wait in the listen backlog, instead of
+        // failing every accept (which spun a core) while idle ones time out.
+        configuration.maxConnections = max(16, OpenFilesLimit.raise(logger: logger) - OpenFilesLimit.reserve)
 
         let store: CartStore
         do {

@@ -24,6 +24,13 @@ struct ServerConfiguration: Sendable {
     /// Largest WebSocket message accepted (request bodies: `FanoutRequestContext.maxBodySize`).
     var maxMessageSize = 64 * 1024
     var logLevel: Logger.Level = .info
+    /// How long a new connection may take to send its first complete request head.
+    var firstRequestTimeout: Duration = .seconds(10)
+    /// Most open connections of any kind; more wait in the listen backlog. `nil`: no limit
+    /// (`fanout-server` sets it from the open files limit).
+    var maxConnections: Int?
+    /// How long a keep-alive HTTP connection may sit idle between requests.
+    var idleTimeout: Duration = .seconds(60)
 }
 
 extension Duration {

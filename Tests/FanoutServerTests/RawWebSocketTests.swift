@@ -20,10 +20,13 @@ final class RawWebSocket: @unchecked Sendable {
     let socket: Int32
     private var pending: [UInt8] = []
 
-    init(port: Int) throws {
+    init(port: Int, receiveBuffer: Int32? = nil) throws {
         socket = try connectedSocket(port: port) { socket in
             var timeout = timeval(tv_sec: 10, tv_usec: 0)
             setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            if var size = receiveBuffer {
+                setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            }
         }
     }
 
@@ -84,7 +87,8 @@ final class RawWebSocket: @unchecked Sendable {
         return frames
     }
 
-    private func send(_ bytes: [UInt8]) throws {
+    /// Sends bytes as they are (a frame built by hand, unmasked, say).
+    func send(_ bytes: [UInt8]) throws {
         guard Glibc.send(socket, bytes, bytes.count, Int32(MSG_NOSIGNAL)) == bytes.count else { throw POSIXError(.EIO) }
     }
 
@@ -182,6 +186,49 @@ struct RawWebSocketTests {
             let ended = try await StalledClient.blocking { try client.next() }
             #expect(ended == nil, "the server closes the connection after its close frame")
             await eventually("forgotten") { server.hub.stats.subscribers == 0 }
+        }
+    }
+
+    @Test func unmaskedFramesAndInvalidUTF8AreProtocolErrors() async throws {
+        try await withServer(Self.quietLeases) { port, server in
+            /// The frames up to the server's close, after `send` on a fresh subscriber.
+            func closing(after send: @escaping @Sendable (RawWebSocket) throws -> Void) async throws -> [RawWebSocket.Frame] {
+                try await StalledClient.blocking {
+                    let client = try RawWebSocket(port: port)
+                    _ = try client.upgrade()
+                    _ = try client.next()
+                    try send(client)
+                    return try client.frames { $0.opcode == 0x8 }
+                }
+            }
+            let unmasked = try await closing { try $0.send([0x81, 0x02] + Array("{}".utf8)) }
+            #expect(unmasked.last?.closeCode == 1002)
+            let badText = try await closing { try $0.send(.init(opcode: 0x1, payload: [0x7B, 0xC3, 0x28, 0x7D])) }
+            #expect(badText.last?.closeCode == 1007)
+            let badReason = try await closing { try $0.send(.init(opcode: 0x8, payload: [0x03, 0xE8, 0xC3, 0x28])) }
+            #expect(badReason.last?.closeCode == 1007)
+            await eventually("all three counted") { server.hub.stats.ended["protocolError"] == 3 }
+        }
+    }
+
+    @Test func aPingFloodFromAClientThatDoesNotReadCostsOnePendingPong() async throws {
+        try await withServer(Self.quietLeases) { port, server in
+            let pings = 200_000
+            let pongs = try await StalledClient.blocking { () throws -> Int in
+                let client = try RawWebSocket(port: port, receiveBuffer: 4_096)
+                _ = try client.upgrade()
+                _ = try client.next()
+                // Masked pings of 100 bytes, sent without reading anything.
+                let ping: [UInt8] = [0x89, 0x80 | 100, 0, 0, 0, 0] + Array(repeating: UInt8(ascii: "p"), count: 100)
+                var batch: [UInt8] = []
+                for _ in 0..<1_000 { batch += ping }
+                for _ in 0..<(pings / 1_000) { try client.send(batch) }
+                try client.sendText(#"{"type":"subscribe"}"#)
+                return try client.frames { $0.text.contains(#""type":"snapshot""#) }.filter { $0.opcode == 0xA }.count
+            }
+            // What the socket buffers held, and then one: not one pong per ping.
+            #expect(pongs < pings / 2, "\(pongs) pongs for \(pings) unread pings")
+            #expect(server.hub.stats.subscribers == 1)
         }
     }
 }

@@ -193,6 +193,8 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         if let error = error as? NIOWebSocketError {
             // From the frame decoder, which reads nothing more.
             subscriber.end(.violation(error == .invalidFrameLength ? .messageTooLarge : .malformedFrame))
+        } else if error is UnmaskedFrame {
+            subscriber.end(.violation(.malformedFrame))
         } else if let error = error as? NIOWebSocketFrameAggregator.Error {
             subscriber.end(.violation(error == .accumulatedFrameSizeIsTooLarge ? .messageTooLarge : .malformedFrame))
         } else {
@@ -218,6 +220,9 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     private func received(_ data: ByteBuffer, from subscriber: Subscriber) {
         // Most messages are this exact heartbeat: skip the JSON decoder (on the event loop).
         if data.readableBytesView.elementsEqual(Self.plainHeartbeat) { return }
+        guard String(validating: data.readableBytesView, as: UTF8.self) != nil else {
+            return subscriber.end(.violation(.invalidText))
+        }
         let message: ClientMessage
         do {
             message = try FanoutJSON.decoder().decode(ClientMessage.self, from: Data(data.readableBytesView))
@@ -256,6 +261,10 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
                 return subscriber.end(.violation(.malformedFrame))
             default:
                 break
+            }
+            // The reason, if any, is UTF-8 text (RFC 6455 §5.5.1).
+            guard String(validating: data.readableBytesView, as: UTF8.self) != nil else {
+                return subscriber.end(.violation(.invalidText))
             }
         }
         subscriber.end(.peerClosed)
@@ -314,3 +323,21 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         return "invalid JSON"
     }
 }
+
+/// Refuses frames a client sent unmasked (RFC 6455 §5.1: the server must close the connection),
+/// before `NIOWebSocketFrameAggregator` joins fragments and the mask is no longer to be seen.
+final class MaskedFramesOnly: ChannelInboundHandler, Sendable {
+    typealias InboundIn = WebSocketFrame
+    typealias InboundOut = WebSocketFrame
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard unwrapInboundIn(data).maskKey != nil else {
+            context.fireErrorCaught(UnmaskedFrame())
+            return
+        }
+        context.fireChannelRead(data)
+    }
+}
+
+/// A client frame without a mask.
+struct UnmaskedFrame: Error {}

@@ -41,14 +41,15 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
     /// reads fill it (a large request body), up to NIO's usual 64 KiB.
     static let receiveAllocator = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
 
+
     let responder: HTTPChannelHandler.Responder
     let subscribe: SubscribeEndpoint
     let http1: HTTP1Channel.Configuration
 
-    init(responder: @escaping HTTPChannelHandler.Responder, subscribe: SubscribeEndpoint, http1: HTTP1Channel.Configuration = .init()) {
+    init(responder: @escaping HTTPChannelHandler.Responder, subscribe: SubscribeEndpoint) {
         self.responder = Self.redirectingUpgrades(responder)
         self.subscribe = subscribe
-        self.http1 = http1
+        self.http1 = HTTP1Channel.Configuration(idleTimeout: .nanoseconds(Int64(subscribe.configuration.idleTimeout.seconds * 1e9)))
     }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
@@ -58,6 +59,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             let subscribe = subscribe
             /// Why the upgrade was refused, for the HTTP answer.
             let refusal = NIOLoopBoundBox<APIError?>(nil, eventLoop: channel.eventLoop)
+            let requestGuard = NIOLoopBound(RequestGuard(), eventLoop: channel.eventLoop)
             let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
                 maxFrameSize: subscribe.configuration.maxMessageSize,
                 // `WebSocketTransport` answers bad frames itself: an error message, then the close.
@@ -79,7 +81,9 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                 upgradePipelineHandler: { channel, _ in
                     channel.eventLoop.makeCompletedFuture {
                         let maxSize = subscribe.configuration.maxMessageSize
+                        channel.pipeline.syncOperations.removeHandler(requestGuard.value, promise: nil)
                         try channel.pipeline.syncOperations.addHandlers(
+                            MaskedFramesOnly(),
                             // Joins fragmented messages, within the same size limit as one frame.
                             NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: 1_024, maxAccumulatedFrameSize: maxSize),
                             WebSocketTransport(endpoint: subscribe, logger: logger))
@@ -108,7 +112,17 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             configuration.decoderConfiguration.maxHeaderFieldSize = http1.httpDecoder.maxHeaderFieldSize
             configuration.decoderConfiguration.maxHeaderListSize = http1.httpDecoder.maxHeaderListSize
             configuration.decoderConfiguration.maxHeaderFieldCount = http1.httpDecoder.maxHeaderFieldCount
-            let negotiated = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: configuration)
+            let operations = channel.pipeline.syncOperations
+            let negotiated = try operations.configureUpgradableHTTPServerPipeline(configuration: configuration)
+            let decoder = try operations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
+            try operations.addHandler(requestGuard.value, position: .after(decoder))
+            // A connection must send its first request head in time: idle or trickling
+            // connections cannot pile up and hold the server's descriptors.
+            let firstRequestTimeout = TimeAmount.nanoseconds(Int64(subscribe.configuration.firstRequestTimeout.seconds * 1e9))
+            let deadline = channel.eventLoop.scheduleTask(in: firstRequestTimeout) {
+                channel.close(promise: nil)
+            }
+            negotiated.whenComplete { _ in deadline.cancel() }
             return Value(negotiated: negotiated, channel: channel)
         }
     }

@@ -1,0 +1,129 @@
+import NIOCore
+import NIOHTTP1
+
+/// Guards an HTTP connection against requests that would otherwise leave a client hanging.
+///
+/// - **A request that cannot be parsed** is answered and the connection closed. NIO's HTTP
+///   decoder stops reading at the first malformed byte; without this, nobody answered and nobody
+///   closed, and the client waited forever (an unknown method, a bad Content-Length, a huge
+///   header, an HTTP/2.0 or 0.9 request line, a TLS hello). Modelled on NIO's
+///   `HTTPServerProtocolErrorHandler`, but the answer is the API's JSON error with the status
+///   that fits. Request targets longer than `maxURILength` get 414.
+/// - **A body answered before it was read** (a 413, say) under `Connection: close` is read and
+///   dropped, up to `maxDrain` bytes, then the connection closes: a client that sends its whole
+///   body before reading (as Python's urllib does) then sees the answer instead of waiting for
+///   a server that stopped reading. Without `Connection: close` the HTTP server reads the rest
+///   of the body itself before the next request.
+///
+/// It sits right after the request decoder; a WebSocket upgrade removes it with the decoder.
+final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    static let maxURILength = 8 * 1024
+    /// The most bytes of an answered request's body read and dropped before closing anyway.
+    static let maxDrain = 64 * 1024 * 1024
+
+    /// A response has started and not ended: a parse error can then only close.
+    private var responding = false
+    private var failed = false
+    /// The current request's body is still arriving.
+    private var readingBody = false
+    /// The current request said `Connection: close`.
+    private var closeRequested = false
+    /// Answered before its body was read: the rest is dropped, then the connection closes.
+    private var draining = false
+    private var drained = 0
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !failed else { return }
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            if head.uri.utf8.count > Self.maxURILength {
+                return refuse(context: context, with: APIError(
+                    .uriTooLong, code: "uri_too_long", "request targets are limited to \(Self.maxURILength) bytes"))
+            }
+            readingBody = true
+            closeRequested = !head.isKeepAlive
+        case .body(let body):
+            if draining {
+                drained += body.readableBytes
+                if drained > Self.maxDrain { context.close(promise: nil) }
+                return
+            }
+        case .end:
+            readingBody = false
+            if draining {
+                context.close(promise: nil)
+                return
+            }
+        }
+        context.fireChannelRead(data)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        // The HTTP server reads no more once it answered; the body is read here meanwhile.
+        if draining { context.read() }
+        context.fireChannelReadComplete()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard let error = error as? HTTPParserError else {
+            context.fireErrorCaught(error)
+            return
+        }
+        refuse(context: context, with: Self.answer(to: error))
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head(let head) where head.status.code >= 200: responding = true
+        case .end:
+            responding = false
+            if readingBody, closeRequested, !draining {
+                draining = true
+                context.read()
+            }
+        default: break
+        }
+        context.write(data, promise: promise)
+    }
+
+    private func refuse(context: ChannelHandlerContext, with error: APIError) {
+        guard !failed else { return }
+        failed = true
+        guard !responding, let body = try? error.body() else {
+            context.close(promise: nil)
+            return
+        }
+        var headers = HTTPHeaders([
+            ("Content-Type", APIError.contentType), ("Content-Length", "\(body.readableBytes)"), ("Connection", "close"),
+        ])
+        if error.status == .methodNotAllowed { headers.add(name: "Allow", value: "GET, HEAD, POST, PATCH, DELETE, OPTIONS") }
+        let head = HTTPResponseHead(version: .http1_1, status: .init(statusCode: error.status.code), headers: headers)
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    /// The status and error that fit a parse error.
+    static func answer(to error: HTTPParserError) -> APIError {
+        switch error {
+        case .headerOverflow:
+            APIError(.requestHeaderFieldsTooLarge, code: "headers_too_large", "the request's header is too large")
+        case .invalidVersion:
+            APIError(.httpVersionNotSupported, code: "http_version_not_supported", "this server speaks HTTP/1.1 (and 1.0)")
+        case .invalidMethod:
+            APIError(.methodNotAllowed, code: "method_not_allowed", "unknown method: this server speaks GET, HEAD, POST, PATCH, DELETE and OPTIONS")
+        case .invalidContentLength, .unexpectedContentLength:
+            APIError(.badRequest, code: "malformed_request", "the Content-Length is missing a number, or conflicts with another")
+        case .invalidChunkSize:
+            APIError(.badRequest, code: "malformed_request", "a chunk size is not a hexadecimal number")
+        default:
+            APIError(.badRequest, code: "malformed_request", "not a valid HTTP/1.1 request (\(error))")
+        }
+    }
+}

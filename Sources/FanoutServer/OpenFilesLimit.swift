@@ -1,0 +1,27 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+
+/// The process's limit on open files: every connection holds a descriptor.
+enum OpenFilesLimit {
+    /// Descriptors kept for the database, its WAL, logs and the listener.
+    static let reserve = 64
+
+    /// Raises the soft limit to the hard limit (a shell's usual soft limit, 1 024, would lock
+    /// clients out long before memory runs short), logs it, and returns the limit now in force.
+    static func raise(logger: Logger) -> Int {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1_024 }
+        let soft = limit.rlim_cur
+        if soft < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max
+            if setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 {
+                logger.info("open files limit raised", metadata: ["fanout.limit.from": "\(soft)", "fanout.limit.to": "\(limit.rlim_cur)"])
+                return Int(clamping: limit.rlim_cur)
+            }
+            logger.warning("open files limit could not be raised", metadata: ["fanout.limit": "\(soft)"])
+        }
+        return Int(clamping: soft)
+    }
+}
