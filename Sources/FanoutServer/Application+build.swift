@@ -42,12 +42,14 @@ func buildApplication(
     let access = AccessPolicy(token: configuration.token, allowedOrigins: configuration.allowedOrigins)
 
     let router = Router(context: FanoutRequestContext.self)
+    let hosts = HostPolicy(listeningOn: configuration.host, allowedHosts: configuration.allowedHosts)
     router.middlewares.add(ErrorMiddleware())
+    router.middlewares.add(HostMiddleware(policy: hosts))
     router.middlewares.add(AccessMiddleware(policy: access))
     CartController(store: store, hub: hub).addRoutes(to: router.group("carts"))
     EventsController(store: store, hub: hub).addRoutes(to: router)
 
-    let subscribe = SubscribeEndpoint(hub: hub, configuration: configuration, access: access)
+    let subscribe = SubscribeEndpoint(hub: hub, configuration: configuration, hosts: hosts, access: access)
     let application = Application(
         router: router,
         server: HTTPServerBuilder { responder in

@@ -41,6 +41,9 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(name: .customLong("allow-origin"), help: "A browser origin allowed to connect, e.g. http://localhost:3000 (repeatable).")
     var allowedOrigins: [String] = []
 
+    @Option(name: .customLong("allow-host"), help: "A Host name to answer to besides localhost and loopback addresses, e.g. carts.internal (repeatable).")
+    var allowedHosts: [String] = []
+
     @Option(help: "trace, debug, info, notice, warning, error or critical (or set LOG_LEVEL).")
     var logLevel: String?
 
@@ -69,6 +72,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.maxSubscribers = maxSubscribers
         configuration.token = token ?? environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         configuration.allowedOrigins = Set(allowedOrigins)
+        configuration.allowedHosts = Set(allowedHosts)
         configuration.logLevel = (logLevel ?? environment["LOG_LEVEL"]).flatMap(Logger.Level.init(rawValue:)) ?? .info
 
         var logger = Logger(label: "fanout")

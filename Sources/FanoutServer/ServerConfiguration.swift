@@ -19,6 +19,8 @@ struct ServerConfiguration: Sendable {
     var maxCartsPerSubscription = 100
     /// When set, mutations, `/events` and `/subscribe` require it.
     var token: String?
+    /// `Host` names answered besides the loopback ones (see `HostPolicy`).
+    var allowedHosts: Set<String> = []
     /// Origins allowed to open WebSockets or send requests from a browser.
     var allowedOrigins: Set<String> = []
     /// Largest WebSocket message accepted (request bodies: `FanoutRequestContext.maxBodySize`).

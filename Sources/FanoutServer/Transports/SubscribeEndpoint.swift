@@ -9,6 +9,7 @@ struct SubscribeEndpoint: Sendable {
 
     let hub: FanoutHub
     let configuration: ServerConfiguration
+    let hosts: HostPolicy
     let access: AccessPolicy
 
     /// Throws the `APIError` to answer instead of opening a subscription for `request`.
@@ -19,6 +20,7 @@ struct SubscribeEndpoint: Sendable {
         guard request.method == .get else {
             throw APIError(.methodNotAllowed, code: "method_not_allowed", "a subscription is opened with GET")
         }
+        try hosts.check(request)
         try access.check(request, requiresToken: true)
         guard !hub.isShuttingDown else {
             throw APIError(.serviceUnavailable, code: "shutting_down", "the server is shutting down")
