@@ -66,15 +66,15 @@ struct MalformedRequestTests {
     }
 
     static let cases: [Case] = [
-        Case("unknown method", "FOO / HTTP/1.1\r\nHost: x\r\n\r\n", 405, "method_not_allowed"),
-        Case("Content-Length not a number", "POST /carts/a/items HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400, "malformed_request"),
-        Case("conflicting Content-Length", "POST /carts/a/items HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", 400, "malformed_request"),
-        Case("huge header", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 100_000))\r\n\r\n", 431, "headers_too_large"),
-        Case("long URL", "GET /\(String(repeating: "a", count: 10_000)) HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
-        Case("NUL in the path", "GET /heal\u{0}thz HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed_request"),
+        Case("unknown method", "FOO / HTTP/1.1\r\nHost: localhost\r\n\r\n", 405, "method_not_allowed"),
+        Case("Content-Length not a number", "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n", 400, "malformed_request"),
+        Case("conflicting Content-Length", "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", 400, "malformed_request"),
+        Case("huge header", "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: \(String(repeating: "a", count: 100_000))\r\n\r\n", 431, "headers_too_large"),
+        Case("long URL", "GET /\(String(repeating: "a", count: 10_000)) HTTP/1.1\r\nHost: localhost\r\n\r\n", 414, "uri_too_long"),
+        Case("NUL in the path", "GET /heal\u{0}thz HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, "malformed_request"),
         Case("HTTP/0.9 request line", "GET /healthz\r\n\r\n", 505, "http_version_not_supported"),
-        Case("HTTP/2.0 request line", "GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505, "http_version_not_supported"),
-        Case("malformed chunk size", "POST /carts/a/items HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400, "malformed_request"),
+        Case("HTTP/2.0 request line", "GET /healthz HTTP/2.0\r\nHost: localhost\r\n\r\n", 505, "http_version_not_supported"),
+        Case("malformed chunk size", "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400, "malformed_request"),
     ]
 
     @Test(arguments: cases)
@@ -99,7 +99,7 @@ struct MalformedRequestTests {
     @Test func aTooLargeBodySentWholeUnderConnectionCloseStillGetsIts413() async throws {
         try await withServer { port, _ in
             let size = 8 * 1024 * 1024
-            let head = "POST /carts/a/items HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(size)\r\n\r\n"
+            let head = "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(size)\r\n\r\n"
             let answer = try await RawHTTP.exchange(port: port, Array(head.utf8), body: Array(repeating: UInt8(ascii: " "), count: size))
             #expect(answer.status == 413, "\(answer.text.prefix(200))")
             #expect(answer.text.contains(#""code":"body_too_large""#))
@@ -112,7 +112,7 @@ struct MalformedRequestTests {
             let silent = try await RawHTTP.exchange(port: port, [])
             #expect(silent.closed && silent.text.isEmpty)
             // A request head that never ends is no better.
-            let trickle = try await RawHTTP.exchange(port: port, Array("GET /healthz HTTP/1.1\r\nHost: x\r\n".utf8))
+            let trickle = try await RawHTTP.exchange(port: port, Array("GET /healthz HTTP/1.1\r\nHost: localhost\r\n".utf8))
             #expect(trickle.closed)
         }
     }
@@ -123,7 +123,7 @@ struct MalformedRequestTests {
             let idle = try (0..<16).map { _ in try connectedSocket(port: port) }
             defer { for socket in idle { close(socket) } }
             // The next client waits in the backlog until the idle ones time out, then is served.
-            let answer = try await RawHTTP.exchange(port: port, Array("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8))
+            let answer = try await RawHTTP.exchange(port: port, Array("GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8))
             #expect(answer.status == 200, "\(answer.text.prefix(200))")
         }
     }
