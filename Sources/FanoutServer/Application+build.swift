@@ -46,8 +46,11 @@ func buildApplication(
     router.middlewares.add(ErrorMiddleware())
     router.middlewares.add(HostMiddleware(policy: hosts))
     router.middlewares.add(AccessMiddleware(policy: access))
+    let routes = RouteTable()
+    router.middlewares.add(MethodMiddleware(routes: routes))
     CartController(store: store, hub: hub).addRoutes(to: router.group("carts"))
     EventsController(store: store, hub: hub).addRoutes(to: router)
+    routes.load(from: router)
 
     let subscribe = SubscribeEndpoint(hub: hub, configuration: configuration, hosts: hosts, access: access)
     let application = Application(

@@ -29,7 +29,7 @@ struct EndToEndTests {
             #expect(client.eventSeqs == log)
         }
         server.signal(SIGTERM)
-        #expect(server.waitForExit() == 0)
+        #expect(await server.waitForExit() == 0)
     }
 
     @Test func clientsResumeAcrossAServerKilledMidBurst() async throws {
@@ -46,7 +46,7 @@ struct EndToEndTests {
         // database and port while the writers keep trying.
         await eventually("part of the burst") { (clients.first?.eventSeqs.count ?? 0) >= 30 }
         first.signal(SIGKILL)
-        _ = first.waitForExit()
+        _ = await first.waitForExit()
         restarted.withLock { $0 = try? ServerProcess(arguments: ["--port", "\(port)", "--db", database] + Self.fastLeases) }
         #expect(restarted.withLock { $0 } != nil, "the server must restart on the same port")
         let acknowledged = await burst.value

@@ -128,3 +128,33 @@ struct MalformedRequestTests {
         }
     }
 }
+
+@Suite("HTTP methods", .timeLimit(.minutes(1)))
+struct HTTPMethodTests {
+    static func ask(_ method: String, _ path: String, port: Int) async throws -> RawHTTP.Answer {
+        try await RawHTTP.exchange(port: port, Array("\(method) \(path) HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8))
+    }
+
+    @Test func headIsAnsweredWhereGetIsWithTheHeadersAndNoBody() async throws {
+        try await withServer { port, _ in
+            let head = try await Self.ask("HEAD", "/healthz", port: port)
+            #expect(head.status == 200)
+            #expect(head.text.contains("Content-Length: 15\r\n"), "the GET's length")
+            #expect(head.text.hasSuffix("\r\n\r\n"), "no body: \(head.text)")
+            #expect(try await Self.ask("HEAD", "/carts", port: port).status == 200)
+        }
+    }
+
+    @Test func aKnownPathAskedWithAnotherMethodGets405WithAllow() async throws {
+        try await withServer { port, _ in
+            let put = try await Self.ask("PUT", "/carts", port: port)
+            #expect(put.status == 405)
+            #expect(put.text.contains("Allow: GET, HEAD\r\n"))
+            #expect(put.text.contains(#""code":"method_not_allowed""#))
+            let post = try await Self.ask("POST", "/carts/alice", port: port)
+            #expect(post.status == 405)
+            #expect(post.text.contains("Allow: DELETE, GET, HEAD\r\n"))
+            #expect(try await Self.ask("GET", "/nowhere", port: port).status == 404)
+        }
+    }
+}

@@ -28,7 +28,7 @@ struct ServerProcessTests {
         server.signal(SIGTERM)
         let close = try await subscriber.closeFrame()
         #expect(close?.closeCode == .goingAway)
-        #expect(server.waitForExit() == 0)
+        #expect(await server.waitForExit() == 0)
     }
 
     @Test func aRestartOnTheSameDatabaseContinuesTheSeqAndSubscribersResume() async throws {
@@ -40,7 +40,7 @@ struct ServerProcessTests {
         let first = try ServerProcess(arguments: ["--port", "0", "--db", database])
         for index in 0..<5 { #expect(try await Self.post(port: first.port, cart: "c", sku: "a\(index)") == 200) }
         first.signal(SIGKILL)
-        _ = first.waitForExit()
+        _ = await first.waitForExit()
 
         let second = try ServerProcess(arguments: ["--port", "0", "--db", database])
         let resumed = TestSubscriber(port: second.port)
@@ -51,7 +51,7 @@ struct ServerProcessTests {
         #expect(resumed.events.map(\.seq) == [4, 5, 6])
         await resumed.close()
         second.signal(SIGTERM)
-        #expect(second.waitForExit() == 0)
+        #expect(await second.waitForExit() == 0)
     }
 
     @Test func badCommandLinesExitNonZeroWithAMessage() async throws {

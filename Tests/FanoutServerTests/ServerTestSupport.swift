@@ -21,7 +21,8 @@ func withServer<T: Sendable>(
     var configuration = ServerConfiguration()
     configuration.port = 0
     configuration.heartbeatInterval = .milliseconds(200)
-    configuration.leaseTTL = .seconds(1)
+    // Long enough that no heartbeating client expires on a loaded machine; expiry tests set 1 s.
+    configuration.leaseTTL = .seconds(5)
     configure(&configuration)
     var logger = Logger(label: "fanout-test")
     logger.logLevel = .warning

@@ -65,8 +65,10 @@ public final class ServerProcess {
 
     public func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
 
-    public func waitForExit() -> Int32 {
-        process.waitUntilExit()
+    /// Waits without holding a thread of the concurrency pool (there are as many as cores, and
+    /// a blocked one starves the in-process servers of other tests).
+    public func waitForExit() async -> Int32 {
+        while process.isRunning { try? await Task.sleep(for: .milliseconds(10)) }
         return process.terminationStatus
     }
 

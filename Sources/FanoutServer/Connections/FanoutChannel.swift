@@ -47,7 +47,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
     let http1: HTTP1Channel.Configuration
 
     init(responder: @escaping HTTPChannelHandler.Responder, subscribe: SubscribeEndpoint) {
-        self.responder = Self.redirectingUpgrades(responder)
+        self.responder = Self.servingHeadAsGet(Self.redirectingUpgrades(responder))
         self.subscribe = subscribe
         self.http1 = HTTP1Channel.Configuration(idleTimeout: .nanoseconds(Int64(subscribe.configuration.idleTimeout.seconds * 1e9)))
     }
@@ -159,6 +159,17 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             }
         } catch {
             logger.trace("could not answer a refused upgrade", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// HEAD is answered wherever GET is, as GET: NIO's response encoder, which saw the request's
+    /// method, sends the head and drops the body.
+    static func servingHeadAsGet(_ responder: @escaping HTTPChannelHandler.Responder) -> HTTPChannelHandler.Responder {
+        { request, responseWriter, channel in
+            guard request.method == .head else { return try await responder(request, responseWriter, channel) }
+            var head = request.head
+            head.method = .get
+            try await responder(Request(head: head, body: request.body), responseWriter, channel)
         }
     }
 
