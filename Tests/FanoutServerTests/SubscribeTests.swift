@@ -103,7 +103,8 @@ struct SubscribeTests {
 
     @Test func aSilentClientExpiresWithinTheLeaseWhileOthersKeepReceiving() async throws {
         let store = try CartStore.inMemory()
-        try await withServer({ $0.leaseTTL = .seconds(1) }, store: store) { port, server in
+        // 3 s: a lease short enough to wait for, long enough for a loaded machine.
+        try await withServer({ $0.leaseTTL = .seconds(3) }, store: store) { port, server in
             let silent = TestSubscriber(port: port)
             let alive = TestSubscriber(port: port)
             try await silent.subscribe()
