@@ -30,6 +30,8 @@ let package = Package(
             dependencies: [
                 "FanoutProtocol",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // NIOLockedValueBox, the package's one lock (see docs/ARCHITECTURE.md).
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             plugins: ["EmbedMigrations"]
         ),

@@ -112,11 +112,14 @@ extension CartStore {
             do {
                 outcomes = try commits.commit(batch.map(\.body), db)
             } catch {
+                let error = CartStoreError.storage(error)
                 for mutation in batch { mutation.caller.resume(throwing: error) }
                 continue
             }
             for case .success(let commit) in outcomes { deliver(commit.event) }
-            for (mutation, outcome) in zip(batch, outcomes) { mutation.caller.resume(with: outcome) }
+            for (mutation, outcome) in zip(batch, outcomes) {
+                mutation.caller.resume(with: outcome.mapError(CartStoreError.storage))
+            }
         }
         // Still draining (the flag stays set): carry on after whatever else waits.
         writer.asyncWriteWithoutTransaction { db in self.drainCommits(db) }

@@ -27,15 +27,27 @@ public final class CartStore: Sendable {
     let writer: any DatabaseWriter
     /// Mutations waiting for `writer`, committed in batches.
     let commits: GroupCommit
+    /// The database file's owner lock, for stores opened at a path.
+    private let fileLock: DatabaseFileLock?
 
-    /// Opens (creating if needed) the database at `path` in WAL mode and migrates it.
+    /// Opens (creating if needed) the database at `path` in WAL mode, migrates it, and checks
+    /// that it can be written.
     ///
-    /// - Throws: `CartStoreError` with code `schemaTooNew` for a database written by a newer
-    ///   version; GRDB's `DatabaseError` when the file cannot be opened.
+    /// - Throws: `CartStoreError`: `databaseInUse` when another store, in this process or
+    ///   another, has it open; `notAFanoutDatabase` for another program's file (left untouched);
+    ///   `schemaTooNew` for a database written by a newer version; `storeUnavailable` when it
+    ///   cannot be opened or written, `storageFull` when the disk is full.
     public convenience init(path: String, durability: Durability = .full) throws {
+        try Schema.refuseForeignDatabase(at: path)
+        let fileLock = try DatabaseFileLock(databasePath: path)
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
-        let pool = try DatabasePool(path: path, configuration: configuration)
+        let pool: DatabasePool
+        do {
+            pool = try DatabasePool(path: path, configuration: configuration)
+        } catch {
+            throw CartStoreError.storage(error)
+        }
         // Set after opening: GRDB's WAL set-up runs `PRAGMA synchronous = NORMAL` on the writer
         // connection after `prepareDatabase`. Only the writer commits, so only it matters.
         try pool.writeWithoutTransaction { db in
@@ -44,7 +56,8 @@ public final class CartStore: Sendable {
             case .normal: try db.execute(sql: "PRAGMA synchronous = NORMAL")
             }
         }
-        try self.init(writer: pool)
+        try self.init(writer: pool, fileLock: fileLock)
+        try checkWritable(writer)
     }
 
     /// A store in memory, gone when released. For tests and tools.
@@ -53,10 +66,36 @@ public final class CartStore: Sendable {
     }
 
     /// - Parameter commitLimit: how many mutations may wait for the writer (see `GroupCommit`).
-    init(writer: any DatabaseWriter, commitLimit: Int = 4_096) throws {
+    init(writer: any DatabaseWriter, commitLimit: Int = 4_096, fileLock: DatabaseFileLock? = nil) throws {
         self.writer = writer
         self.commits = GroupCommit(limit: commitLimit)
-        try Schema.migrate(writer)
+        self.fileLock = fileLock
+        do {
+            try Schema.migrate(writer)
+        } catch {
+            throw CartStoreError.storage(error)
+        }
+    }
+
+    /// Checks that a change could be written now (a write rolled back at once); throws
+    /// `storeUnavailable` or `storageFull` otherwise. `/healthz` asks it.
+    public func checkWritable() async throws {
+        try await writer.writeWithoutTransaction { db in try Self.probeWrite(db) }
+    }
+
+    private func checkWritable(_ writer: any DatabaseWriter) throws {
+        try writer.writeWithoutTransaction { db in try Self.probeWrite(db) }
+    }
+
+    private static func probeWrite(_ db: Database) throws {
+        do {
+            try db.inTransaction(.immediate) {
+                try db.execute(sql: "CREATE TABLE fanout_write_probe (x)")
+                return .rollback
+            }
+        } catch {
+            throw CartStoreError.storage(error)
+        }
     }
 
     /// The names of the schema migrations this build carries, in the order they apply.
@@ -69,5 +108,6 @@ public final class CartStore: Sendable {
         } else if let queue = writer as? DatabaseQueue {
             try queue.close()
         }
+        fileLock?.release()
     }
 }

@@ -1,3 +1,5 @@
+import GRDB
+
 /// An error of the cart store: a stable machine-readable `code` and a message for people.
 ///
 /// Every invalid input is refused with one of these before anything is written, so a failed
@@ -26,6 +28,14 @@ public struct CartStoreError: Error, Sendable, Hashable, CustomStringConvertible
         case schemaTooNew = "schema_too_new"
         /// Too many changes are already waiting to be written: retry shortly.
         case overloaded = "overloaded"
+        /// The disk is full: nothing was written. Writes resume once space is freed.
+        case storageFull = "storage_full"
+        /// The database cannot be written (read-only, I/O error, gone): nothing was written.
+        case storeUnavailable = "store_unavailable"
+        /// Another process (or another store in this one) has the database open.
+        case databaseInUse = "database_in_use"
+        /// The file is not a database of this program's: it was left untouched.
+        case notAFanoutDatabase = "not_a_fanout_database"
     }
 
     public let code: Code
@@ -37,4 +47,20 @@ public struct CartStoreError: Error, Sendable, Hashable, CustomStringConvertible
     }
 
     public var description: String { "\(code.rawValue): \(message)" }
+}
+
+extension CartStoreError {
+    /// A SQLite failure to store something, as the store's own error: a full disk, or a
+    /// database that cannot be written. Other errors are returned as they are.
+    static func storage(_ error: any Error) -> any Error {
+        guard let error = error as? DatabaseError else { return error }
+        switch error.resultCode {
+        case .SQLITE_FULL:
+            return CartStoreError(.storageFull, "the disk is full; nothing was written (writes resume once space is freed)")
+        case .SQLITE_READONLY, .SQLITE_IOERR, .SQLITE_CANTOPEN, .SQLITE_NOTADB, .SQLITE_CORRUPT, .SQLITE_PERM:
+            return CartStoreError(.storeUnavailable, "the database cannot be written (\(error.message ?? "\(error.resultCode)")); nothing was written")
+        default:
+            return error
+        }
+    }
 }

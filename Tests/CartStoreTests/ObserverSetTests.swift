@@ -15,6 +15,34 @@ struct ObserverSetTests {
         set.notify { $0.cartStore(store, didCommit: event) }
     }
 
+    @Test func removeWaitsForACallbackUnderWayOnAnotherThread() async {
+        /// Blocks in its callback until released.
+        final class SlowObserver: CartStoreObserver, @unchecked Sendable {  // fields: semaphores and an atomic
+            let entered = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let finished = Atomic<Bool>(false)
+            func cartStore(_ store: CartStore, didCommit event: CartEvent) {
+                entered.signal()
+                release.wait()
+                finished.store(true, ordering: .releasing)
+            }
+        }
+        let set = ObserverSet()
+        let observer = SlowObserver()
+        set.add(observer)
+        DispatchQueue.global().async { Self.post(set) }
+        await Task.detached { observer.entered.wait() }.value
+        // Another thread removes it while the callback runs: remove must not return before it ends.
+        let remover = Task.detached { () -> Bool in
+            set.remove(observer)
+            return observer.finished.load(ordering: .acquiring)
+        }
+        // `remove` marks the observer gone first, then waits: let the callback end only then.
+        while set.contains(observer) { await Task.yield() }
+        observer.release.signal()
+        #expect(await remover.value, "remove returned while its observer's callback was still running")
+    }
+
     @Test func aReleasedObserverDropsOutWithoutUnregistering() {
         let set = ObserverSet()
         var first: RecordingObserver? = RecordingObserver()

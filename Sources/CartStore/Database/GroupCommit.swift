@@ -1,5 +1,5 @@
-import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// Mutations waiting for the writer connection, committed a batch per transaction.
@@ -13,7 +13,7 @@ import Synchronization
 ///
 /// At most `limit` mutations wait; beyond that a caller gets `overloaded` at once instead of
 /// queueing without bound.
-final class GroupCommit: @unchecked Sendable {
+final class GroupCommit: Sendable {
     struct Mutation: Sendable {
         /// Runs inside the batch's transaction: checks, validates and writes one change.
         let body: @Sendable (Database) throws -> CartCommit
@@ -22,11 +22,11 @@ final class GroupCommit: @unchecked Sendable {
 
     static let maxBatch = 64
     let limit: Int
-    // Guarded by `lock`, a pthread mutex: ThreadSanitizer on Linux does not see the lock of
-    // Synchronization's `Mutex` and reported every access made under it as a race.
-    private let lock = NSLock()
-    private var waiting: [Mutation] = []
-    private var draining = false
+    private struct Queue {
+        var waiting: [Mutation] = []
+        var draining = false
+    }
+    private let queue = NIOLockedValueBox(Queue())
     /// Transactions committed or attempted so far.
     let transactions = Atomic<Int>(0)
 
@@ -36,27 +36,27 @@ final class GroupCommit: @unchecked Sendable {
 
     /// Queues a mutation. Returns true when the caller must start a drain (none is running).
     func enqueue(_ mutation: Mutation) throws -> Bool {
-        try lock.withLock {
-            guard waiting.count < limit else {
+        try queue.withLockedValue { queue in
+            guard queue.waiting.count < limit else {
                 throw CartStoreError(.overloaded, "\(limit) changes are already waiting to be written; retry shortly")
             }
-            waiting.append(mutation)
-            defer { draining = true }
-            return !draining
+            queue.waiting.append(mutation)
+            defer { queue.draining = true }
+            return !queue.draining
         }
     }
 
-    var waitingCount: Int { lock.withLock { waiting.count } }
+    var waitingCount: Int { queue.withLockedValue { $0.waiting.count } }
 
     /// The next batch; nil (and the drain ends) when nothing waits.
     func nextBatch() -> [Mutation]? {
-        lock.withLock {
-            guard !waiting.isEmpty else {
-                draining = false
+        queue.withLockedValue { queue in
+            guard !queue.waiting.isEmpty else {
+                queue.draining = false
                 return nil
             }
-            let batch = Array(waiting.prefix(Self.maxBatch))
-            waiting.removeFirst(batch.count)
+            let batch = Array(queue.waiting.prefix(Self.maxBatch))
+            queue.waiting.removeFirst(batch.count)
             return batch
         }
     }

@@ -42,11 +42,6 @@ struct CartItemRow: Codable, FetchableRecord, PersistableRecord {
     var item: CartItem {
         CartItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name)
     }
-
-    /// The lines of one cart in the order they were added.
-    static func lines(of cartID: String) -> QueryInterfaceRequest<CartItemRow> {
-        filter(Columns.cartID == cartID).order(Columns.position)
-    }
 }
 
 /// A row of `cart_events`, the durable event log.

@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 
 /// One numbered SQL file of `migrations/`, compiled into the binary by the EmbedMigrations plugin.
@@ -18,6 +19,34 @@ enum Schema {
             }
         }
         return migrator
+    }
+
+    /// Refuses a file that another program made: one with tables but none of the migrations
+    /// table this store writes, or not a SQLite database at all. It is read without writing (a
+    /// read-only connection, before the store switches the file to WAL mode), so it is left as
+    /// it was. A missing or empty file is a new database.
+    static func refuseForeignDatabase(at path: String) throws {
+        let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+        guard size > 0 else { return }
+        var configuration = Configuration()
+        configuration.readonly = true
+        let tables: [String]
+        do {
+            let queue = try DatabaseQueue(path: path, configuration: configuration)
+            tables = try queue.read { db in
+                try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+            }
+            try queue.close()
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
+            throw CartStoreError(.notAFanoutDatabase, "\(path) is not a SQLite database; it was left untouched")
+        } catch {
+            throw CartStoreError.storage(error)
+        }
+        guard tables.isEmpty || tables.contains("grdb_migrations") else {
+            throw CartStoreError(
+                .notAFanoutDatabase,
+                "\(path) belongs to another program (tables: \(tables.sorted().prefix(5).joined(separator: ", "))); it was left untouched")
+        }
     }
 
     /// Brings the database up to this binary's schema, refusing one written by a newer binary.

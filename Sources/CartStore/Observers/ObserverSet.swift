@@ -1,4 +1,6 @@
 import Dispatch
+import Foundation
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// A set of observers held weakly: the multicast delegate of iOS apps, done natively for Linux.
@@ -29,6 +31,11 @@ public final class ObserverSet: Sendable {
         let queue: DispatchQueue?
         let id: ObjectIdentifier
         let isRemoved = Atomic<Bool>(false)
+        /// Held while the observer is being called, so that `remove` can wait for a call under
+        /// way on another thread. Recursive, so that an observer may remove itself (or be removed
+        /// by a callback it triggers) from inside its own callback. The package's one exception to
+        /// `NIOLockedValueBox`, which cannot be re-entered.
+        let calling = NSRecursiveLock()
 
         init(_ observer: Observer, queue: DispatchQueue?) {
             self.observer = observer
@@ -42,9 +49,26 @@ public final class ObserverSet: Sendable {
             guard !isRemoved.load(ordering: .acquiring) else { return nil }
             return observer
         }
+
+        /// Calls `body` with the observer unless it was removed: the check and the call are one
+        /// step for `remove`, which waits for it.
+        @inline(__always)
+        func call(_ observer: Observer, _ body: (Observer) throws -> Void) rethrows {
+            calling.lock()
+            defer { calling.unlock() }
+            guard !isRemoved.load(ordering: .acquiring) else { return }
+            try body(observer)
+        }
+
+        /// Marks it removed, then waits for a call under way on another thread to return.
+        func removeAndWait() {
+            isRemoved.store(true, ordering: .releasing)
+            calling.lock()
+            calling.unlock()
+        }
     }
 
-    struct State: ~Copyable {
+    struct State {
         var registrations: [Registration] = []
         var slotByID: [ObjectIdentifier: Int] = [:]
 
@@ -73,7 +97,7 @@ public final class ObserverSet: Sendable {
         }
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
 
     public init() {}
 
@@ -83,7 +107,7 @@ public final class ObserverSet: Sendable {
     /// - Parameter queue: a serial queue to deliver on, in order; `nil` delivers synchronously.
     public func add(_ observer: Observer, queue: DispatchQueue? = nil) {
         let registration = Registration(observer, queue: queue)
-        state.withLock { state in
+        state.withLockedValue { state in
             if let index = state.slotByID[registration.id] {
                 // Same identity: either this observer again, or a new object at the address of a
                 // dead one. Either way the old registration is over.
@@ -96,19 +120,25 @@ public final class ObserverSet: Sendable {
         }
     }
 
-    /// Removes `observer`. After this returns it receives no further callbacks.
+    /// Removes `observer`. After this returns it receives no further callbacks: not one queued
+    /// on its delivery queue, and not one that another thread was about to make. A callback
+    /// already running on another thread is waited for (so do not remove an observer while
+    /// holding something its callback waits on); one running on this thread, the observer
+    /// removing itself from its own callback, is not.
     public func remove(_ observer: Observer) {
         let id = ObjectIdentifier(observer)
-        state.withLock { state in
-            if let index = state.slotByID[id] {
-                state.remove(at: index)
-            }
+        let removed: Registration? = state.withLockedValue { state in
+            guard let index = state.slotByID[id] else { return nil }
+            defer { state.remove(at: index) }
+            return state.registrations[index]
         }
+        // Outside the set's lock: the callback waited for may itself change the set.
+        removed?.removeAndWait()
     }
 
     /// Whether `observer` is in the set.
     public func contains(_ observer: Observer) -> Bool {
-        state.withLock { state in
+        state.withLockedValue { state in
             guard let index = state.slotByID[ObjectIdentifier(observer)] else { return false }
             return state.registrations[index].observer === observer
         }
@@ -116,7 +146,7 @@ public final class ObserverSet: Sendable {
 
     /// The number of live observers. Sweeps released ones first, so it is O(n).
     public var count: Int {
-        state.withLock { state in
+        state.withLockedValue { state in
             state.sweep()
             return state.registrations.count
         }
@@ -140,11 +170,11 @@ public final class ObserverSet: Sendable {
                 if let queue = registration.queue {
                     queue.async {
                         if let observer = registration.liveObserver {
-                            body(observer)
+                            registration.call(observer, body)
                         }
                     }
                 } else {
-                    body(observer)
+                    registration.call(observer, body)
                 }
             }
             return sawDead
@@ -159,16 +189,16 @@ public final class ObserverSet: Sendable {
     public func forEachNow(_ body: (Observer) throws -> Void) rethrows {
         for registration in snapshot() {
             if let observer = registration.liveObserver {
-                try body(observer)
+                try registration.call(observer, body)
             }
         }
     }
 
     private func snapshot() -> [Registration] {
-        state.withLock { $0.registrations }
+        state.withLockedValue { $0.registrations }
     }
 
     private func sweep() {
-        state.withLock { $0.sweep() }
+        state.withLockedValue { $0.sweep() }
     }
 }

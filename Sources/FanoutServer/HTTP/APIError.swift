@@ -38,15 +38,16 @@ struct APIError: HTTPResponseError {
 
 extension APIError {
     /// The HTTP answer for a store error: 404 for what is missing, 409 for state conflicts,
-    /// 412 for a failed `If-Match`, 422 for values outside the rules.
+    /// 412 for a failed `If-Match`, 422 for values outside the rules, 503 for a store that
+    /// cannot take changes now, 507 for a full disk.
     init(_ error: CartStoreError) {
         let status: HTTPResponse.Status = switch error.code {
         case .cartNotFound, .itemNotFound: .notFound
         case .versionConflict: .preconditionFailed
         case .quantityOverflow, .tooManyItems, .sinceAhead: .conflict
         case .historyTooOld: .gone
-        case .schemaTooNew: .internalServerError
-        case .overloaded: .serviceUnavailable
+        case .overloaded, .storeUnavailable, .schemaTooNew, .databaseInUse, .notAFanoutDatabase: .serviceUnavailable
+        case .storageFull: .init(code: 507, reasonPhrase: "Insufficient Storage")
         case .invalidCartID, .invalidSKU, .invalidQuantity, .invalidPrice, .invalidName, .invalidLimit, .invalidSince:
             .unprocessableContent
         }
@@ -72,8 +73,8 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             throw APIError.malformed("request body is not the expected JSON: \(Self.describe(error))")
         } catch let error as HTTPError {
             throw APIError(error.status, code: Self.code(for: error.status), error.body ?? error.status.reasonPhrase)
-        } catch let error as NIOTooManyBytesError {
-            throw APIError(.contentTooLarge, code: "body_too_large", "the body is larger than \(error.maxBytes ?? context.maxUploadSize) bytes")
+        } catch is NIOTooManyBytesError {
+            throw APIError(.contentTooLarge, code: "body_too_large", "the body is larger than \(context.maxUploadSize) bytes")
         } catch is CancellationError {
             throw APIError(.serviceUnavailable, code: "shutting_down", "the server is shutting down")
         } catch {
