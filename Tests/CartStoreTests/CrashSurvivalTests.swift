@@ -10,6 +10,17 @@ struct CrashSurvivalTests {
         return buildDirectory.appending(path: "cartstore-crash-writer")
     }
 
+    /// Starts the writer on the store at `path`; its acknowledgements come on the pipe.
+    static func startWriter(_ path: String) throws -> (Process, Pipe) {
+        let process = Process()
+        process.executableURL = writerExecutable
+        process.arguments = [path]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        return (process, output)
+    }
+
     @Test func everyReturnedMutationSurvivesKillDashNine() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.cleanup() }
@@ -17,12 +28,7 @@ struct CrashSurvivalTests {
         var acknowledged: [(seq: Int64, cartID: String, sku: String)] = []
 
         for round in 0..<3 {
-            let process = Process()
-            process.executableURL = Self.writerExecutable
-            process.arguments = [path]
-            let output = Pipe()
-            process.standardOutput = output
-            try process.run()
+            let (process, output) = try Self.startWriter(path)
             defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
 
             // Read acknowledgements until a few hundred mutations returned, then kill mid-write.

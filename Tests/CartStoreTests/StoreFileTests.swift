@@ -20,12 +20,7 @@ struct StoreFileTests {
         let directory = try TemporaryDirectory()
         defer { directory.cleanup() }
         let path = directory.path("store.sqlite")
-        let process = Process()
-        process.executableURL = CrashSurvivalTests.writerExecutable
-        process.arguments = [path]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
+        let (process, output) = try CrashSurvivalTests.startWriter(path)
         defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
         // It holds the store once it printed its first mutation.
         _ = output.fileHandleForReading.availableData
