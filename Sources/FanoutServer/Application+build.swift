@@ -53,6 +53,9 @@ func buildApplication(
     EventsController(store: store, hub: hub).addRoutes(to: router)
     MetricsController(metrics: metrics).addRoutes(to: router)
     OpenAPIController().addRoutes(to: router)
+    // Last, so it wraps only the not-found answer: 405 and `Allow` for a known path.
+    router.add(middleware: MethodNotAllowedMiddleware(
+        routes: router.routes.map { ($0.path, $0.method) } + [(RouterPath(SubscribeEndpoint.path), .get)]))
 
     let subscribe = SubscribeEndpoint(hub: hub, configuration: configuration, access: access)
     let application = Application(
