@@ -21,6 +21,9 @@ let package = Package(
         // unit tests, and the bench's subscribers, which are plain NIO channels.
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
+        // `/metrics`: the swift-metrics API, exported in Prometheus text by swift-prometheus.
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // The cart value types and the wire messages, shared by the store, server and client.
@@ -48,7 +51,10 @@ let package = Package(
                 // `/subscribe` is NIO's WebSocket upgrade and frame codec, driven by our handler.
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
-            ]
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            plugins: ["EmbedOpenAPI"]
         ),
         .executableTarget(
             name: "fanout-client",
@@ -68,6 +74,13 @@ let package = Package(
             name: "EmbedMigrations",
             capability: .buildTool(),
             dependencies: ["embed-migrations"]
+        ),
+        // Build-time tool: carries docs/openapi.json in fanout-server, served at GET /openapi.json.
+        .executableTarget(name: "embed-file"),
+        .plugin(
+            name: "EmbedOpenAPI",
+            capability: .buildTool(),
+            dependencies: ["embed-file"]
         ),
         // Benchmark: `swift run -c release cartstore-bench`.
         .executableTarget(

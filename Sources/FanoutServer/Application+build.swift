@@ -12,6 +12,8 @@ struct FanoutServerApp: Sendable {
     let hub: FanoutHub
     let store: CartStore
     let logger: Logger
+    /// What `GET /metrics` exports.
+    let metrics: ServerMetrics
 
     /// Runs until SIGTERM/SIGINT: then the HTTP server stops accepting, subscribers end with
     /// 1001, and in-flight requests finish (see `HubService`).
@@ -34,23 +36,28 @@ func buildApplication(
     logger: Logger,
     onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws -> FanoutServerApp {
+    let metrics = ServerMetrics()
     let hub = FanoutHub(store: store, latestSeq: try await store.latestSeq(), settings: .init(
         leaseTTL: .nanoseconds(Int64(configuration.leaseTTL.seconds * 1e9)),
         ringCapacity: configuration.outboxLimit,
-        maxSubscribers: configuration.maxSubscribers), logger: logger)
+        maxSubscribers: configuration.maxSubscribers), metrics: metrics.hub, logger: logger)
     store.observers.add(hub)
     let access = AccessPolicy(token: configuration.token, allowedOrigins: configuration.allowedOrigins)
 
     let router = Router(context: FanoutRequestContext.self)
     let hosts = HostPolicy(listeningOn: configuration.host, allowedHosts: configuration.allowedHosts)
+    // Outermost, so it sees each answer as the client gets it (after ErrorMiddleware).
+    router.middlewares.add(RequestMetricsMiddleware(metrics: metrics.requests))
     router.middlewares.add(ErrorMiddleware())
     router.middlewares.add(HostMiddleware(policy: hosts))
     router.middlewares.add(AccessMiddleware(policy: access))
-    let routes = RouteTable()
-    router.middlewares.add(MethodMiddleware(routes: routes))
     CartController(store: store, hub: hub).addRoutes(to: router.group("carts"))
     EventsController(store: store, hub: hub).addRoutes(to: router)
-    routes.load(from: router)
+    MetricsController(metrics: metrics).addRoutes(to: router)
+    OpenAPIController().addRoutes(to: router)
+    // Last, so it wraps only the not-found answer: 405 and `Allow` for a known path.
+    router.add(middleware: MethodNotAllowedMiddleware(
+        routes: router.routes.map { ($0.path, $0.method) } + [(RouterPath(SubscribeEndpoint.path), .get)]))
 
     let subscribe = SubscribeEndpoint(hub: hub, configuration: configuration, hosts: hosts, access: access)
     let application = Application(
@@ -66,5 +73,5 @@ func buildApplication(
             await onServerRunning(channel.localAddress?.port ?? configuration.port)
         },
         logger: logger)
-    return FanoutServerApp(application: application, hub: hub, store: store, logger: logger)
+    return FanoutServerApp(application: application, hub: hub, store: store, logger: logger, metrics: metrics)
 }

@@ -67,6 +67,7 @@ final class FanoutHub: CartStoreObserver {
     let settings: Settings
     let ring: LiveRing
     let logger: Logger
+    let metrics: HubMetrics
     private let registry = NIOLockedValueBox(Registry())
     /// One per event loop, made on first use (there are as many loops as cores).
     private let loops = NIOLockedValueBox<[LoopFanout]>([])
@@ -80,9 +81,10 @@ final class FanoutHub: CartStoreObserver {
     /// How many subscribers each recent event was for, for the mutation responses.
     private let deliveredCounts = NIOLockedValueBox(DeliveredCounts(capacity: 4_096))
 
-    init(store: CartStore, latestSeq: Int64, settings: Settings = .init(), logger: Logger) {
+    init(store: CartStore, latestSeq: Int64, settings: Settings = .init(), metrics: HubMetrics = .disabled, logger: Logger) {
         self.store = store
         self.settings = settings
+        self.metrics = metrics
         self.ring = LiveRing(capacity: settings.ringCapacity, latestSeq: latestSeq)
         self.latest = Synchronization.Atomic(latestSeq)
         self.logger = logger
@@ -99,6 +101,7 @@ final class FanoutHub: CartStoreObserver {
         fannedOut.add(1, ordering: .relaxed)
         deliveries.add(delivered, ordering: .relaxed)
         deliveredCounts.withLockedValue { $0.record(seq: event.seq, count: delivered) }
+        metrics.committed(deliveredTo: delivered)
     }
 
     /// The live fan-out of `loop`, made on first use.
@@ -117,6 +120,7 @@ final class FanoutHub: CartStoreObserver {
     /// (`.serverFull` or `.shuttingDown`), and false returned.
     @discardableResult
     func connect(_ subscriber: Subscriber) -> Bool {
+        metrics.entered(.connected, subscriber)  // a refused one leaves at once, through forget
         let refusal: EndReason? = registry.withLockedValue { registry in
             guard !registry.shuttingDown else { return .shuttingDown }
             guard registry.subscribers.count < settings.maxSubscribers else { return .serverFull }
@@ -134,10 +138,12 @@ final class FanoutHub: CartStoreObserver {
     /// It subscribed: events for its carts count it from now on.
     func subscribed(_ subscriber: Subscriber) {
         registry.withLockedValue { $0.count(subscriber.carts, by: 1) }
+        metrics.moved(subscriber, from: .connected, to: .catchingUp)
     }
 
     func wentLive(_ subscriber: Subscriber) {
         registry.withLockedValue { $0.live += 1 }
+        metrics.moved(subscriber, from: .catchingUp, to: .live)
     }
 
     /// Called by `Subscriber.end` only: forgets it everywhere and counts why it ended.
@@ -148,6 +154,7 @@ final class FanoutHub: CartStoreObserver {
             if phase == .live { registry.live -= 1 }
             registry.ended[reason.name, default: 0] += 1
         }
+        metrics.ended(subscriber, wasIn: phase, because: reason)
         switch reason {
         case .leaseExpired: logger.withSubscriber(subscriber.id).info("lease expired")
         case .tooSlow: logger.withSubscriber(subscriber.id).info("slow subscriber dropped")

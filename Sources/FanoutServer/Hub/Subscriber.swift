@@ -26,6 +26,8 @@ final class Subscriber: @unchecked Sendable {
     let id: String
     let loop: any EventLoop
     let hub: FanoutHub
+    /// Its transport's framing, kept after the transport is gone: metrics count by transport.
+    let framing: WireFraming
 
     private var _phase = Phase.connected
     private var _carts: Set<String>?
@@ -41,6 +43,7 @@ final class Subscriber: @unchecked Sendable {
         self.loop = loop
         self.hub = hub
         self._transport = transport
+        self.framing = transport.framing
         self.lastHeard = loop.now
     }
 

@@ -1,0 +1,15 @@
+import Hummingbird
+
+/// `GET /metrics`: every metric in the Prometheus text exposition format (version 0.0.4).
+struct MetricsController: Sendable {
+    let metrics: ServerMetrics
+
+    func addRoutes(to router: Router<FanoutRequestContext>) {
+        router.get("metrics") { _, _ in
+            Response(
+                status: .ok,
+                headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
+        }
+    }
+}

@@ -1,0 +1,87 @@
+import FanoutTestSupport
+import Foundation
+import Testing
+
+/// The HTTP API against its OpenAPI document (`docs/openapi.json`, served at `/openapi.json`),
+/// checked by schemathesis on the real `fanout-server`: no 5xx, every status code and body as
+/// documented, valid input accepted and invalid input refused, and the stateful links (add a
+/// line, then read, change, remove it, clear the cart) followed.
+///
+/// schemathesis is a Python tool (`pip install schemathesis`; `.ci/run` installs it). Without it
+/// these tests are skipped, saying so, except in CI (`CI` set), where they fail.
+@Suite(
+    "Contract (schemathesis)", .serialized, .timeLimit(.minutes(5)),
+    .enabled(if: Schemathesis.executable != nil || Schemathesis.required, "pip install schemathesis enables the contract tests"))
+struct ContractTests {
+    @Test func theServerMatchesItsOpenAPIDocument() async throws {
+        // Without a token, no operation needs one: the document's security does not apply.
+        try await Schemathesis.check(serverArguments: [], schemathesisArguments: ["--exclude-checks", "ignored_auth"])
+    }
+
+    @Test func theServerMatchesItsOpenAPIDocumentWithAToken() async throws {
+        let token = "contract-\(UUID().uuidString)"
+        try await Schemathesis.check(serverArguments: ["--token", token], schemathesisArguments: ["--header", "Authorization: Bearer \(token)"])
+    }
+}
+
+enum Schemathesis {
+    /// The `schemathesis` command on the `PATH`, if installed.
+    static let executable: URL? = (ProcessInfo.processInfo.environment["PATH"] ?? "")
+        .split(separator: ":")
+        .map { URL(fileURLWithPath: String($0)).appending(path: "schemathesis") }
+        .first { FileManager.default.isExecutableFile(atPath: $0.path) }
+
+    /// In CI a missing schemathesis is a failure, not a skip.
+    static let required = ProcessInfo.processInfo.environment["CI"].map { !$0.isEmpty } ?? false
+
+    /// The repository's `schemathesis.toml`: the expected statuses this API differs on, with why.
+    static let configuration = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appending(path: "schemathesis.toml")
+
+    /// Test cases per operation and phase: enough to walk every status and link, bounded in time.
+    static let maxExamples = 25
+
+    /// Runs schemathesis against a fresh server (port 0, a temporary database) started with
+    /// `serverArguments`, on the document the server itself serves; records its report as the
+    /// failure if it finds anything.
+    static func check(serverArguments: [String], schemathesisArguments: [String]) async throws {
+        let schemathesis = try #require(executable, "schemathesis is not installed: pip install schemathesis")
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-contract-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path] + serverArguments)
+        let base = "http://127.0.0.1:\(server.port)"
+
+        let report = directory.appending(path: "schemathesis.txt")
+        FileManager.default.createFile(atPath: report.path, contents: nil)
+        let output = try FileHandle(forWritingTo: report)
+        let process = Process()
+        process.executableURL = schemathesis
+        process.arguments = ["--config-file", configuration.path, "run", "\(base)/openapi.json", "--url", base,
+                             "--max-examples", "\(maxExamples)", "--request-timeout", "10",
+                             "--wait-for-schema", "10"] + schemathesisArguments
+        // Hypothesis keeps its example database in the working directory: a temporary one.
+        process.currentDirectoryURL = directory
+        var environment = ProcessInfo.processInfo.environment
+        environment["NO_COLOR"] = "1"
+        process.environment = environment
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let deadline = ContinuousClock.now + .seconds(240)
+        while process.isRunning, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let timedOut = process.isRunning
+        if timedOut { process.terminate() }
+        process.waitUntilExit()
+        try output.close()
+        let text = (try? String(contentsOf: report, encoding: .utf8)) ?? ""
+        #expect(!timedOut, "schemathesis ran past 4 minutes")
+        #expect(process.terminationStatus == 0, "schemathesis found problems:\n\(text.suffix(12_000))")
+        #expect(server.process.isRunning, "the server died during the run")
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+    }
+}
