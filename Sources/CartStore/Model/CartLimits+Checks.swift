@@ -29,8 +29,10 @@ extension CartLimits {
 
     static func checkName(_ name: String?) throws {
         guard let name else { return }
-        guard name.count <= maxNameLength else {
-            throw CartStoreError(.invalidName, "name must be at most \(maxNameLength) characters (got \(name.count))")
+        // Unicode scalars, as SQLite's length() counts them in the table's CHECK (and JSON Schema's
+        // maxLength): counted as grapheme clusters, "é" written e + U+0301 passed here and failed there.
+        guard name.unicodeScalars.count <= maxNameLength else {
+            throw CartStoreError(.invalidName, "name must be at most \(maxNameLength) characters (got \(name.unicodeScalars.count))")
         }
     }
 
