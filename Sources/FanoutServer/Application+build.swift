@@ -48,6 +48,7 @@ func buildApplication(
     let hosts = HostPolicy(listeningOn: configuration.host, allowedHosts: configuration.allowedHosts)
     // Outermost, so it sees each answer as the client gets it (after ErrorMiddleware).
     router.middlewares.add(RequestMetricsMiddleware(metrics: metrics.requests))
+    router.middlewares.add(CrossOriginMiddleware(allowedOrigins: configuration.allowedOrigins))
     router.middlewares.add(ErrorMiddleware())
     router.middlewares.add(HostMiddleware(policy: hosts))
     router.middlewares.add(AccessMiddleware(policy: access))

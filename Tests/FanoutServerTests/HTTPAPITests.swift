@@ -144,7 +144,7 @@ struct HTTPAPITests {
         }
     }
 
-    @Test func tokenIsRequiredForChangesAndEventsButNotForReads() async throws {
+    @Test func theTokenGuardsEveryRouteButHealthAndTheSchema() async throws {
         try await Self.app { $0.token = "s3cret" }.application.test(.router) { client in
             let add = Self.body(#"{"sku":"a","quantity":1,"unitPriceCents":1}"#)
             try await client.execute(uri: "/carts/c/items", method: .post, body: add) { response in
@@ -157,9 +157,48 @@ struct HTTPAPITests {
             try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer s3cret"], body: add) { response in
                 #expect(response.status == .ok)
             }
-            try await client.execute(uri: "/events", method: .get) { #expect($0.status == .unauthorized) }
-            try await client.execute(uri: "/events?token=s3cret", method: .get) { #expect($0.status == .ok) }
-            try await client.execute(uri: "/carts", method: .get) { #expect($0.status == .ok) }
+            for read in ["/events", "/carts", "/carts/c", "/stats", "/metrics"] {
+                try await client.execute(uri: read, method: .get) { #expect($0.status == .unauthorized, "\(read)") }
+                try await client.execute(uri: read, method: .get, headers: [.authorization: "Bearer s3cret"]) { #expect($0.status == .ok, "\(read)") }
+                // Reads may carry it in the query, for browsers' EventSource and WebSocket.
+                try await client.execute(uri: read + "?token=s3cret", method: .get) { #expect($0.status == .ok, "\(read)") }
+            }
+            // Changes may not: a token in a URL ends up in logs and histories.
+            try await client.execute(uri: "/carts/c/items?token=s3cret", method: .post, body: add) { #expect($0.status == .unauthorized) }
+            for open in ["/healthz", "/openapi.json"] {
+                try await client.execute(uri: open, method: .get) { #expect($0.status == .ok, "\(open)") }
+            }
+        }
+    }
+
+    @Test func allowedOriginsGetCORSHeadersAndTheirPreflightsAnswered() async throws {
+        try await Self.app { $0.allowedOrigins = ["http://localhost:3000"]; $0.token = "s3cret" }.application.test(.router) { client in
+            let app: HTTPFields = [.origin: "http://localhost:3000", .accessControlRequestMethod: "POST", .accessControlRequestHeaders: "content-type, authorization"]
+            try await client.execute(uri: "/carts/c/items", method: .options, headers: app) { response in
+                #expect(response.status == .noContent)
+                #expect(response.headers[.accessControlAllowOrigin] == "http://localhost:3000")
+                #expect(response.headers[.accessControlAllowMethods]?.contains("POST") == true)
+                #expect(response.headers[.accessControlAllowHeaders]?.contains("Content-Type") == true)
+            }
+            let add = Self.body(#"{"sku":"a","quantity":1,"unitPriceCents":1}"#)
+            let headers: HTTPFields = [.origin: "http://localhost:3000", .authorization: "Bearer s3cret", .contentType: "application/json"]
+            try await client.execute(uri: "/carts/c/items", method: .post, headers: headers, body: add) { response in
+                #expect(response.status == .ok)
+                #expect(response.headers[.accessControlAllowOrigin] == "http://localhost:3000")
+                #expect(response.headers[.accessControlExposeHeaders] == "ETag")
+            }
+            // Errors too, or the page could not read why.
+            try await client.execute(uri: "/carts", method: .get, headers: [.origin: "http://localhost:3000"]) { response in
+                #expect(response.status == .unauthorized)
+                #expect(response.headers[.accessControlAllowOrigin] == "http://localhost:3000")
+            }
+            // Another origin gets neither the preflight nor the headers.
+            var other = app
+            other[.origin] = "http://evil.example"
+            try await client.execute(uri: "/carts/c/items", method: .options, headers: other) { response in
+                #expect(response.status == .forbidden)
+                #expect(response.headers[.accessControlAllowOrigin] == nil)
+            }
         }
     }
 

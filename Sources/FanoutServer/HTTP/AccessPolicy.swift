@@ -11,14 +11,17 @@ struct AccessPolicy: Sendable {
     let allowedOrigins: Set<String>
 
     /// Throws 403 for a browser origin not on the allow-list, and 401 when a token is required
-    /// and missing or wrong. The token comes as `Authorization: Bearer T`, or as `?token=T` for
-    /// browsers, whose WebSocket API cannot set headers.
+    /// and missing or wrong. The token comes as `Authorization: Bearer T`; `?token=T` only for
+    /// reads and subscriptions, which browsers open with APIs that cannot set headers
+    /// (WebSocket, EventSource), never for changes.
     func check(_ request: Request, requiresToken: Bool) throws {
         for origin in request.headers[values: .origin] where !isAllowed(origin: origin) {
             throw APIError(.forbidden, code: "origin_not_allowed", "origin \(origin.prefix(100)) is not allowed (see --allow-origin)")
         }
         guard requiresToken, let token else { return }
-        let offered = Self.bearer(request.headers[.authorization]) ?? request.uri.queryParameters.get("token")
+        let queryTokenAllowed = request.method == .get || request.method == .head
+        let offered = Self.bearer(request.headers[.authorization])
+            ?? (queryTokenAllowed ? request.uri.queryParameters.get("token") : nil)
         guard let offered else {
             throw APIError(.unauthorized, code: "unauthorized", "a token is required: Authorization: Bearer <token>")
         }
@@ -51,15 +54,16 @@ struct AccessPolicy: Sendable {
     }
 }
 
-/// Applies the access policy to every HTTP request: origins always, the token on mutations and
-/// on `/events`.
+/// Applies the access policy to every HTTP request: origins always, the token everywhere but
+/// `/healthz` and `/openapi.json`, which say nothing of the carts (reads expose the same carts as
+/// `/events` and `/subscribe`, so they need it too).
 struct AccessMiddleware<Context: RequestContext>: RouterMiddleware {
+    static var openPaths: Set<String> { ["/healthz", "/openapi.json"] }
+
     let policy: AccessPolicy
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let isRead = request.method == .get || request.method == .head
-        let requiresToken = !isRead || request.uri.path.hasPrefix("/events")
-        try policy.check(request, requiresToken: requiresToken)
+        try policy.check(request, requiresToken: !Self.openPaths.contains(request.uri.path))
         return try await next(request, context)
     }
 }
