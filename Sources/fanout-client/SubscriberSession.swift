@@ -58,7 +58,7 @@ struct SubscriberSession: Sendable {
         components.query = nil
         guard let base = components.url else { throw ClientFailure("bad URL \(url)") }
         do {
-            _ = try await HTTPAPI(baseURL: base, token: token).send("GET", "/events?limit=1")
+            _ = try await HTTPAPI(baseURL: base, token: token).send("GET", "/events?limit=1", as: EventsPage.self)
         } catch let failure as ClientFailure where failure.isAuthorizationFailure {
             throw failure
         } catch {

@@ -41,6 +41,11 @@ struct HTTPAPITests {
                 #expect(cart["totalCents"] as? Int == 100)
                 #expect(cart["version"] as? Int == 1)
                 #expect(response.headers[.eTag] == "\"1\"")
+                // What fanout-client decodes: FanoutProtocol's answer, with the Cart of the snapshot.
+                let answer = try FanoutJSON.decoder().decode(MutationResponse.self, from: Data(buffer: response.body))
+                #expect(answer == MutationResponse(
+                    cart: Cart(id: "alice", version: 1, items: [CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Apple")]),
+                    seq: 1, deliveredTo: 0))
             }
             try await client.execute(uri: "/carts/alice/items/apple", method: .patch, headers: [.ifMatch: "\"1\""],
                                      body: Self.body(#"{"quantity":5}"#)) { response in

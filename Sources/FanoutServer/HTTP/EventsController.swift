@@ -8,32 +8,20 @@ struct EventsController: Sendable {
 
     func addRoutes(to router: Router<FanoutRequestContext>) {
         router.get("events", use: events)
-        router.get("healthz") { _, _ in HealthResponse(status: "ok") }
+        router.get("healthz") { _, _ in HealthResponse() }
         router.get("stats") { _, _ in hub.stats }
-    }
-
-    struct HealthResponse: ResponseEncodable {
-        var status: String
-    }
-
-    struct EventsResponse: ResponseEncodable {
-        var events: [CartEvent]
-        /// The newest seq in the log when it was read.
-        var latestSeq: Int64
-        /// Pass as `since` to continue: the last returned seq, or the asked one.
-        var nextSince: Int64
     }
 
     /// `GET /events?since=N&carts=a,b&limit=L`. When the events after `since` were pruned the
     /// answer is 410 `history_too_old`, with the retained range: take `GET /carts` instead.
-    @Sendable func events(_ request: Request, context: FanoutRequestContext) async throws -> EventsResponse {
+    @Sendable func events(_ request: Request, context: FanoutRequestContext) async throws -> EventsPage {
         let query = request.uri.queryParameters
         let since = try Self.integer(query.get("since"), name: "since") ?? 0
         let limit = try Self.integer(query.get("limit"), name: "limit").map(Int.init) ?? 100
         let carts = query.get("carts").map { Set($0.split(separator: ",").map(String.init)) }
         switch try await store.events(after: since, limit: limit, carts: carts) {
         case .events(let events, let latest):
-            return EventsResponse(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
+            return EventsPage(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
         case .tooOld(let oldest, let latest):
             throw APIError(
                 .gone, code: CartStoreError.Code.historyTooOld.rawValue,
