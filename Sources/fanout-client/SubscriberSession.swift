@@ -35,6 +35,8 @@ struct SubscriberSession: Sendable {
                 }
             } catch let failure as ClientFailure {
                 throw failure
+            } catch let violation as ProtocolViolation {
+                FileHandle.standardError.write(Data("fanout-client: the server broke the protocol (\(violation)); resuming after seq \(state.last.map(String.init) ?? "none")\n".utf8))
             } catch {
                 // Network errors: retry below.
             }
@@ -101,6 +103,12 @@ struct SubscriberSession: Sendable {
         }
         return [code, close.reason].compactMap { $0 }.joined(separator: " ")
     }
+}
+
+/// The server sent what the protocol does not allow. Unlike a `ClientFailure`, which ends the
+/// program, the session drops the connection and resumes.
+struct ProtocolViolation: Error, CustomStringConvertible {
+    let description: String
 }
 
 /// Messages received on one connection: a connection that got any resets the backoff.

@@ -1,6 +1,10 @@
 import FanoutTestSupport
 import Foundation
+import Synchronization
 import Testing
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// The real `fanout-server` and `fanout-client` executables, as processes, on loopback.
 @Suite("End to end", .serialized, .timeLimit(.minutes(3)))
@@ -137,41 +141,5 @@ struct EndToEndTests {
     static func stats(port: Int) async throws -> [String: Any] {
         let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/stats")!)
         return (try JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
-    }
-}
-
-import Synchronization
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-
-@Suite("Bench tool", .timeLimit(.minutes(2)))
-struct BenchToolTests {
-    @Test func benchCountsEveryDeliveryAgainstARealServer() async throws {
-        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
-        defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
-        let bench = Process()
-        bench.executableURL = ServerProcess.executable("fanout-client")
-        bench.arguments = ["bench", "--url", "http://127.0.0.1:\(server.port)", "--subscribers", "3", "--events", "20",
-                           "--writers", "2", "--server-pid", "\(server.process.processIdentifier)"]
-        let output = Pipe()
-        bench.standardOutput = output
-        bench.standardError = FileHandle.nullDevice
-        try bench.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        bench.waitUntilExit()
-        #expect(bench.terminationStatus == 0)
-        let report = try #require((try JSONSerialization.jsonObject(with: data)) as? [String: Any])
-        #expect(report["connected"] as? Int == 3)
-        #expect(report["acknowledged"] as? Int == 20)
-        #expect(report["deliveries"] as? Int == 60)
-        #expect(report["lost"] as? Int == 0)
-        #expect(report["duplicated"] as? Int == 0)
-        let latency = try #require(report["latencyMs"] as? [String: Any])
-        #expect((latency["p50"] as? Double ?? -1) >= 0)
-        #expect((report["serverCpuSeconds"] as? Double ?? -1) >= 0, "CPU read from /proc")
-        #expect((report["serverRssKiB"] as? Int ?? 0) > 0, "RSS read from /proc")
-        server.signal(SIGTERM)
     }
 }

@@ -86,7 +86,7 @@ final class TestSubscriber: Sendable {
     }
 
     var snapshots: [(carts: [Cart], seq: Int64, reason: SnapshotReason)] {
-        messages.compactMap { if case .snapshot(let carts, let seq, let reason) = $0 { (carts, seq, reason) } else { nil } }
+        messages.compactMap { if case .snapshot(let carts, let seq, let reason, _) = $0 { (carts, seq, reason) } else { nil } }
     }
 
     func stopHeartbeats() { shared.heartbeating.store(false, ordering: .relaxed) }
