@@ -149,7 +149,7 @@ struct HTTPAPITests {
         }
     }
 
-    @Test func tokenIsRequiredForChangesAndEventsButNotForReads() async throws {
+    @Test func tokenIsRequiredAndCheckedForChanges() async throws {
         try await Self.app { $0.token = "s3cret" }.application.test(.router) { client in
             let add = Self.body(#"{"sku":"a","quantity":1,"unitPriceCents":1}"#)
             try await client.execute(uri: "/carts/c/items", method: .post, body: add) { response in
@@ -158,13 +158,53 @@ struct HTTPAPITests {
             }
             try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer wrong"], body: add) { response in
                 #expect(response.status == .forbidden)
+                #expect(Self.errorCode(response.body) == "bad_token")
             }
             try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer s3cret"], body: add) { response in
                 #expect(response.status == .ok)
             }
-            try await client.execute(uri: "/events", method: .get) { #expect($0.status == .unauthorized) }
-            try await client.execute(uri: "/events?token=s3cret", method: .get) { #expect($0.status == .ok) }
-            try await client.execute(uri: "/carts", method: .get) { #expect($0.status == .ok) }
+        }
+    }
+
+    /// With a token, carts, the log and the figures are the user's: only `/healthz` is open.
+    @Test(arguments: [
+        ("/carts", HTTPRequest.Method.get), ("/carts/c", .get), ("/stats", .get), ("/events", .get),
+        ("/carts/c/items", .post), ("/carts/c/items/a", .patch), ("/carts/c/items/a", .delete), ("/carts/c", .delete),
+    ])
+    func everythingButHealthNeedsTheToken(uri: String, method: HTTPRequest.Method) async throws {
+        let app = try await Self.app { $0.token = "s3cret" }
+        try await app.store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
+        let body = method == .get || method == .delete ? Self.body("") : Self.body(#"{"sku":"b","quantity":1,"unitPriceCents":1}"#)
+        try await app.application.test(.router) { client in
+            try await client.execute(uri: uri, method: method, body: body) { response in
+                #expect(response.status == .unauthorized, "\(method) \(uri) answered without the token")
+            }
+            try await client.execute(uri: uri, method: method, headers: [.authorization: "Bearer s3cret"], body: body) { response in
+                #expect(response.status.code < 400, "\(method) \(uri) refused with the token: \(response.status)")
+            }
+            try await client.execute(uri: "/healthz", method: .get) { #expect($0.status == .ok) }
+        }
+    }
+
+    /// `?token=` is for what a browser cannot give headers to (a WebSocket, an `EventSource`, a
+    /// plain link): reads only. A change must carry the header.
+    @Test func theTokenInTheURLIsForReadsOnly() async throws {
+        let app = try await Self.app { $0.token = "s3cret" }
+        try await app.store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
+        try await app.application.test(.router) { client in
+            for uri in ["/carts?token=s3cret", "/carts/c?token=s3cret", "/events?token=s3cret", "/stats?token=s3cret"] {
+                try await client.execute(uri: uri, method: .get) { #expect($0.status == .ok, "GET \(uri)") }
+            }
+            try await client.execute(uri: "/carts?token=wrong", method: .get) { #expect($0.status == .forbidden) }
+            let add = Self.body(#"{"sku":"b","quantity":1,"unitPriceCents":1}"#)
+            try await client.execute(uri: "/carts/c/items?token=s3cret", method: .post, body: add) { response in
+                #expect(response.status == .unauthorized)
+                #expect(Self.errorCode(response.body) == "unauthorized")
+            }
+            try await client.execute(uri: "/carts/c?token=s3cret", method: .delete) { #expect($0.status == .unauthorized) }
+            try await client.execute(uri: "/carts/c", method: .get, headers: [.authorization: "Bearer s3cret"]) { response in
+                #expect((Self.json(response.body)["cart"] as? [String: Any])?["version"] as? Int == 1, "nothing changed")
+            }
         }
     }
 

@@ -10,17 +10,23 @@ struct AccessPolicy: Sendable {
     let token: String?
     let allowedOrigins: Set<String>
 
-    /// Throws 403 for a browser origin not on the allow-list, and 401 when a token is required
-    /// and missing or wrong. The token comes as `Authorization: Bearer T`, or as `?token=T` for
-    /// browsers, whose WebSocket API cannot set headers.
+    /// Throws 403 for a browser origin not on the allow-list, and 401/403 when a token is
+    /// required and missing or wrong.
+    ///
+    /// The token comes as `Authorization: Bearer T`, or, for GET and HEAD only (reads and
+    /// WebSocket upgrades), as `?token=T`: a browser's WebSocket API and `EventSource` cannot set
+    /// headers. A mutation must send the header, so a token never rides in the URL of a change
+    /// (URLs end up in logs, history and `Referer`).
     func check(_ request: Request, requiresToken: Bool) throws {
         for origin in request.headers[values: .origin] where !isAllowed(origin: origin) {
             throw APIError(.forbidden, code: "origin_not_allowed", "origin \(origin.prefix(100)) is not allowed (see --allow-origin)")
         }
         guard requiresToken, let token else { return }
-        let offered = Self.bearer(request.headers[.authorization]) ?? request.uri.queryParameters.get("token")
-        guard let offered else {
-            throw APIError(.unauthorized, code: "unauthorized", "a token is required: Authorization: Bearer <token>")
+        let acceptsQueryToken = request.method == .get || request.method == .head
+        let queryToken = request.uri.queryParameters.get("token")
+        guard let offered = Self.bearer(request.headers[.authorization]) ?? (acceptsQueryToken ? queryToken : nil) else {
+            let hint = queryToken == nil ? "" : " (?token= is accepted only for reads and WebSocket upgrades)"
+            throw APIError(.unauthorized, code: "unauthorized", "a token is required: Authorization: Bearer <token>\(hint)")
         }
         guard Self.constantTimeEqual(offered, token) else {
             throw APIError(.forbidden, code: "bad_token", "the token is not valid")
@@ -51,15 +57,16 @@ struct AccessPolicy: Sendable {
     }
 }
 
-/// Applies the access policy to every HTTP request: origins always, the token on mutations and
-/// on `/events`.
+/// Applies the access policy to every HTTP request: origins always, and the token on all but
+/// `GET /healthz`: carts, the event log and the figures of `/stats` are the user's data.
 struct AccessMiddleware<Context: RequestContext>: RouterMiddleware {
     let policy: AccessPolicy
 
+    /// The one path open without a token, so a load balancer or a supervisor can probe.
+    static var openPath: String { "/healthz" }
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let isRead = request.method == .get || request.method == .head
-        let requiresToken = !isRead || request.uri.path.hasPrefix("/events")
-        try policy.check(request, requiresToken: requiresToken)
+        try policy.check(request, requiresToken: request.uri.path != Self.openPath)
         return try await next(request, context)
     }
 }
