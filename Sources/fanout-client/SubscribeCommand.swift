@@ -58,9 +58,13 @@ struct SubscribeCommand: AsyncParsableCommand {
         let printer = EventPrinter(format: format, state: state)
         let session = SubscriberSession(
             url: url, carts: carts.isEmpty ? nil : carts, token: token, state: state, printer: printer)
+        // The sources must live as long as the session: a released source is cancelled, and the
+        // signals, set to SIG_IGN for it, would then be ignored. `_ = sources` after the call
+        // did not keep them: an optimised build released them at once (Ctrl-C did nothing).
+        // `withExtendedLifetime` has no async form, so it marks the end of the scope instead.
         let signalSources = Self.exitOnSignals(printer: printer)
+        defer { withExtendedLifetime(signalSources) {} }
         try await session.run()
-        _ = signalSources  // kept alive as long as the session runs
     }
 
     /// Ctrl-C and SIGTERM end the program with status 0, but never between printing a line

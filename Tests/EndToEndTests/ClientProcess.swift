@@ -21,9 +21,10 @@ final class SubscribeProcess: Sendable {
     let process: Process
     private let shared = Output()
 
-    init(port: Int, arguments: [String] = []) throws {
+    /// - Parameter executable: the `fanout-client` to run; the one built with the tests by default.
+    init(port: Int, arguments: [String] = [], executable: URL = ServerProcess.executable("fanout-client")) throws {
         let process = Process()
-        process.executableURL = ServerProcess.executable("fanout-client")
+        process.executableURL = executable
         process.arguments = ["subscribe", "--url", "ws://127.0.0.1:\(port)/subscribe", "--format", "json"] + arguments
         let output = Pipe()
         process.standardOutput = output
