@@ -18,7 +18,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         // Already there under Hummingbird; named for the server's WebSocket, NIOEmbedded in its
-        // unit tests, and the bench's subscribers, which are plain NIO channels.
+        // unit tests, and fanout-bench's subscribers, which are plain NIO channels.
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
         // `/metrics`: the swift-metrics API, exported in Prometheus text by swift-prometheus.
@@ -62,10 +62,8 @@ let package = Package(
                 "FanoutProtocol",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         // Build-time tool: turns migrations/*.sql into Swift source so every binary carries its schema.
@@ -97,14 +95,34 @@ let package = Package(
             dependencies: ["CartStore"],
             path: "Tests/CartStoreCrashWriter"
         ),
+        // Benchmark: `swift run -c release fanout-bench`, fan-out against fanout-server or nchan
+        // (benchmarks/compare.sh). Shares only FanoutProtocol with fanout-client.
+        .executableTarget(
+            name: "fanout-bench",
+            dependencies: [
+                "FanoutProtocol",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            path: "benchmarks/FanoutBench"
+        ),
         // Helpers shared by the test targets.
-        .target(name: "FanoutTestSupport", dependencies: ["CartStore"], path: "Tests/FanoutTestSupport"),
+        .target(
+            name: "FanoutTestSupport",
+            dependencies: ["CartStore", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
+            path: "Tests/FanoutTestSupport"
+        ),
         .testTarget(name: "FanoutProtocolTests", dependencies: ["FanoutProtocol"]),
         // Runs the real executables; depends on them so `swift test` builds them.
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["FanoutTestSupport", "FanoutServer", "fanout-client"]
+            dependencies: ["FanoutTestSupport", "FanoutServer", "fanout-client", "fanout-bench", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
+        // The client's own logic (the subscriber's printing and resume state), in process.
+        .testTarget(name: "FanoutClientTests", dependencies: ["fanout-client"]),
         .testTarget(
             name: "FanoutServerTests",
             dependencies: [
@@ -114,11 +132,12 @@ let package = Package(
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .testTarget(
             name: "CartStoreTests",
-            dependencies: ["CartStore", "FanoutTestSupport", "cartstore-crash-writer"]
+            dependencies: ["CartStore", "FanoutTestSupport", "cartstore-crash-writer", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -110,14 +110,14 @@ ulimit -n "$FD_LIMIT" 2>/dev/null || ulimit -Sn "$FD_LIMIT" \
 # ---------------------------------------------------------------------------------------
 # Release binaries, in their own scratch folder so they never disturb a debug build.
 
-for product in fanout-server fanout-client; do
+for product in fanout-server fanout-bench; do
     log "building $product (release, $SCRATCH)"
     timeout "$BUILD_TIMEOUT" swift build -c release --scratch-path "$SCRATCH" --product "$product" >&2
 done
 BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
 SERVER=$BIN/fanout-server
-CLIENT=$BIN/fanout-client
-"$CLIENT" bench --help >/dev/null 2>&1 || die "$CLIENT has no bench subcommand"
+BENCH=$BIN/fanout-bench
+"$BENCH" --help >/dev/null 2>&1 || die "$BENCH does not run"
 
 # ---------------------------------------------------------------------------------------
 # Servers. Each measurement gets a server process of its own, started just before and
@@ -220,7 +220,7 @@ EOF
 }
 
 # ---------------------------------------------------------------------------------------
-# Measurements. Each writes the client's one JSON line to $RESULTS/<run>.<peer>.json.
+# Measurements. Each writes fanout-bench's one JSON line to $RESULTS/<run>.<peer>.json.
 
 RESULTS=$TMP/results
 mkdir -p "$RESULTS"
@@ -228,18 +228,18 @@ failures=0
 
 # measure RUN PEER SUBSCRIBERS EVENTS [WRITERS]
 measure() {
-    local run=$1 peer=$2 subscribers=$3 events=$4 writers=${5:-} client rc out
-    local args=(bench --subscribers "$subscribers" --events "$events" --peer "$peer")
+    local run=$1 peer=$2 subscribers=$3 events=$4 writers=${5:-} bench rc out
+    local args=(--subscribers "$subscribers" --events "$events" --peer "$peer")
     [ -z "$writers" ] || args+=(--writers "$writers")
     "start_$peer" "$run.$peer"
     args+=(--url "$URL" --server-pid "$SERVER_PID")
     out=$RESULTS/$run.$peer.json
     log "$run: $peer, $subscribers subscribers, $events events${writers:+, $writers writers}"
-    timeout -k 10 "$RUN_TIMEOUT" "$CLIENT" "${args[@]}" >"$out.tmp" 2>"$TMP/$run.$peer/client.err" &
-    client=$!
-    started+=("$client")
-    if wait "$client"; then rc=0; else rc=$?; fi
-    forget started "$client"
+    timeout -k 10 "$RUN_TIMEOUT" "$BENCH" "${args[@]}" >"$out.tmp" 2>"$TMP/$run.$peer/bench.err" &
+    bench=$!
+    started+=("$bench")
+    if wait "$bench"; then rc=0; else rc=$?; fi
+    forget started "$bench"
     stop "$STOP_PID"
     [ "$SERVER_PID" = "$STOP_PID" ] || reap_worker "$SERVER_PID"
     # Warnings from the server (slow-consumer drops, nchan shared-memory trouble) explain
@@ -255,7 +255,7 @@ measure() {
     else
         failures=$((failures + 1))
         [ "$rc" -eq 124 ] && log "  timed out after ${RUN_TIMEOUT} s" || log "  failed (exit $rc)"
-        tail -n 20 "$TMP/$run.$peer/client.err" >&2 || true
+        tail -n 20 "$TMP/$run.$peer/bench.err" >&2 || true
         rm -f "$out.tmp"
     fi
 }

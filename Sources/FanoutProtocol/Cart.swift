@@ -1,5 +1,8 @@
 /// A shopping cart as committed: its lines in the order they were added, and its version.
-public struct Cart: Codable, Sendable, Hashable {
+///
+/// On the wire it also carries `totalCents` and `itemCount` (see `Cart+Codable.swift`), so the
+/// HTTP answers and the WebSocket snapshot send one shape.
+public struct Cart: Sendable, Hashable {
     public var id: String
     /// Grows by one with every committed change; a cart that was never changed has version 0.
     public var version: Int64

@@ -1,5 +1,7 @@
 /// One line of a cart: a product (`sku`), how many, and the price of one.
-public struct CartItem: Codable, Sendable, Hashable {
+///
+/// On the wire it also carries `lineTotalCents` (see `Cart+Codable.swift`).
+public struct CartItem: Sendable, Hashable {
     public var sku: String
     public var quantity: Int
     public var unitPriceCents: Int

@@ -29,6 +29,11 @@ public enum ClientMessage: Sendable, Hashable {
     public enum Kind: String, Codable, Sendable {
         case subscribe, heartbeat
     }
+
+    /// The message as the JSON text of its WebSocket frame.
+    public func jsonText() throws -> String {
+        String(decoding: try FanoutJSON.encoder().encode(self), as: UTF8.self)
+    }
 }
 
 /// Why a snapshot was sent instead of (or before) events.
@@ -45,7 +50,12 @@ public enum SnapshotReason: String, Codable, Sendable, Hashable {
 public enum ServerMessage: Sendable, Hashable {
     case welcome(Welcome)
     /// The subscribed carts and the seq they reflect; events follow from `seq + 1`.
-    case snapshot(carts: [Cart], seq: Int64, reason: SnapshotReason)
+    ///
+    /// A large snapshot comes in parts, so no message grows with the store: every part but the
+    /// last has `more` set, all have the same `seq` and `reason`, and the carts of all parts
+    /// together are the snapshot. Events follow the last part. `SnapshotAssembly` puts the parts
+    /// back together.
+    case snapshot(carts: [Cart], seq: Int64, reason: SnapshotReason, more: Bool = false)
     case event(CartEvent)
     /// Sent every heartbeat interval: a quiet subscriber at `latestSeq` missed nothing.
     case heartbeat(latestSeq: Int64)
@@ -68,6 +78,12 @@ public enum ServerMessage: Sendable, Hashable {
 
         enum CodingKeys: String, CodingKey {
             case subscriberID = "subscriberId", heartbeatInterval, leaseTTL = "leaseTtl", latestSeq
+        }
+
+        /// How often a client heartbeats: the announced interval, but never more than 20 times a
+        /// second, whatever a server says.
+        public var clientHeartbeatInterval: Duration {
+            .milliseconds(Int(max(0.05, heartbeatInterval) * 1_000))
         }
     }
 
@@ -97,7 +113,7 @@ public enum FanoutCloseCode: UInt16, Sendable, CaseIterable {
 }
 
 private enum MessageKeys: String, CodingKey {
-    case type, carts, since, seq, reason, latestSeq, code, message
+    case type, carts, since, seq, reason, more, latestSeq, code, message
 }
 
 extension ClientMessage: Codable {
@@ -136,7 +152,8 @@ extension ServerMessage: Codable {
             self = .snapshot(
                 carts: try container.decode([Cart].self, forKey: .carts),
                 seq: try container.decode(Int64.self, forKey: .seq),
-                reason: try container.decode(SnapshotReason.self, forKey: .reason))
+                reason: try container.decode(SnapshotReason.self, forKey: .reason),
+                more: try container.decodeIfPresent(Bool.self, forKey: .more) ?? false)
         case .event:
             self = .event(try CartEvent(from: decoder))
         case .heartbeat:
@@ -155,10 +172,12 @@ extension ServerMessage: Codable {
         switch self {
         case .welcome(let welcome):
             try welcome.encode(to: encoder)
-        case .snapshot(let carts, let seq, let reason):
+        case .snapshot(let carts, let seq, let reason, let more):
             try container.encode(carts, forKey: .carts)
             try container.encode(seq, forKey: .seq)
             try container.encode(reason, forKey: .reason)
+            // Absent means "the last part", so a snapshot in one part reads as it always did.
+            if more { try container.encode(true, forKey: .more) }
         case .event(let event):
             try event.encode(to: encoder)
         case .heartbeat(let latestSeq):

@@ -36,10 +36,9 @@ struct CartCommand: AsyncParsableCommand {
         @OptionGroup var connection: Connection
 
         func run() async throws {
-            let answer = try await connection.api().send("GET", "/carts")
-            let carts = answer["carts"] as? [[String: Any]] ?? []
-            if carts.isEmpty { print("no carts (seq \(answer["seq"] ?? 0))") }
-            for cart in carts { print(CartText.summary(cart)) }
+            let answer = try await connection.api().send("GET", "/carts", as: CartsResponse.self)
+            if answer.carts.isEmpty { print("no carts (seq \(answer.seq))") }
+            for cart in answer.carts { print(CartText.summary(cart)) }
         }
     }
 
@@ -49,8 +48,8 @@ struct CartCommand: AsyncParsableCommand {
         @Argument(help: "Cart id.") var cartID: String
 
         func run() async throws {
-            let answer = try await connection.api().send("GET", "/carts/\(try CartText.pathSegment(cartID))")
-            print(CartText.detail(answer["cart"] as? [String: Any] ?? [:], seq: answer["seq"]))
+            let answer = try await connection.api().send("GET", "/carts/\(try CartText.pathSegment(cartID))", as: CartResponse.self)
+            print(CartText.detail(answer.cart, seq: answer.seq))
         }
     }
 
@@ -66,10 +65,9 @@ struct CartCommand: AsyncParsableCommand {
         @Option(help: "Display name.") var name: String?
 
         func run() async throws {
-            var body: [String: Any] = ["sku": sku, "quantity": quantity, "unitPriceCents": price]
-            if let name { body["name"] = name }
-            let answer = try await connection.api().send("POST", "/carts/\(try CartText.pathSegment(cartID))/items", body: body)
-            print(CartText.mutation(answer))
+            let body = AddItemRequest(sku: sku, quantity: quantity, unitPriceCents: price, name: name)
+            let path = "/carts/\(try CartText.pathSegment(cartID))/items"
+            print(CartText.mutation(try await connection.api().send("POST", path, body: body, as: MutationResponse.self)))
         }
     }
 
@@ -83,7 +81,8 @@ struct CartCommand: AsyncParsableCommand {
 
         func run() async throws {
             let path = "/carts/\(try CartText.pathSegment(cartID))/items/\(try CartText.pathSegment(sku))"
-            print(CartText.mutation(try await connection.api().send("PATCH", path, body: ["quantity": quantity])))
+            let body = SetQuantityRequest(quantity: quantity)
+            print(CartText.mutation(try await connection.api().send("PATCH", path, body: body, as: MutationResponse.self)))
         }
     }
 
@@ -95,7 +94,7 @@ struct CartCommand: AsyncParsableCommand {
 
         func run() async throws {
             let path = "/carts/\(try CartText.pathSegment(cartID))/items/\(try CartText.pathSegment(sku))"
-            print(CartText.mutation(try await connection.api().send("DELETE", path)))
+            print(CartText.mutation(try await connection.api().send("DELETE", path, as: MutationResponse.self)))
         }
     }
 
@@ -105,7 +104,8 @@ struct CartCommand: AsyncParsableCommand {
         @Argument(help: "Cart id.") var cartID: String
 
         func run() async throws {
-            print(CartText.mutation(try await connection.api().send("DELETE", "/carts/\(try CartText.pathSegment(cartID))")))
+            let path = "/carts/\(try CartText.pathSegment(cartID))"
+            print(CartText.mutation(try await connection.api().send("DELETE", path, as: MutationResponse.self)))
         }
     }
 }
@@ -121,25 +121,25 @@ enum CartText {
         return id
     }
 
-    static func money(_ cents: Any?) -> String {
-        let cents = (cents as? Int) ?? 0
-        return String(format: "%d.%02d", cents / 100, abs(cents % 100))
+    static func money(_ cents: some BinaryInteger) -> String {
+        let cents = Int64(cents)
+        return String(format: "%lld.%02lld", cents / 100, abs(cents % 100))
     }
 
-    static func summary(_ cart: [String: Any]) -> String {
-        "\(cart["id"] ?? "?")  v\(cart["version"] ?? 0)  \(cart["itemCount"] ?? 0) items  \(money(cart["totalCents"]))"
+    static func summary(_ cart: Cart) -> String {
+        "\(cart.id)  v\(cart.version)  \(cart.itemCount) items  \(money(cart.totalCents))"
     }
 
-    static func detail(_ cart: [String: Any], seq: Any?) -> String {
-        var lines = ["\(summary(cart))  (seq \(seq ?? 0))"]
-        for item in cart["items"] as? [[String: Any]] ?? [] {
-            let name = (item["name"] as? String).map { " \($0)" } ?? ""
-            lines.append("  \(item["quantity"] ?? 0) × \(item["sku"] ?? "?")\(name) @ \(money(item["unitPriceCents"])) = \(money(item["lineTotalCents"]))")
+    static func detail(_ cart: Cart, seq: Int64) -> String {
+        var lines = ["\(summary(cart))  (seq \(seq))"]
+        for item in cart.items {
+            let name = item.name.map { " \($0)" } ?? ""
+            lines.append("  \(item.quantity) × \(item.sku)\(name) @ \(money(item.unitPriceCents)) = \(money(item.lineTotalCents))")
         }
         return lines.joined(separator: "\n")
     }
 
-    static func mutation(_ answer: [String: Any]) -> String {
-        "\(detail(answer["cart"] as? [String: Any] ?? [:], seq: answer["seq"]))\nevent seq \(answer["seq"] ?? 0), delivered to \(answer["deliveredTo"] ?? 0) subscribers"
+    static func mutation(_ answer: MutationResponse) -> String {
+        "\(detail(answer.cart, seq: answer.seq))\nevent seq \(answer.seq), delivered to \(answer.deliveredTo) subscribers"
     }
 }

@@ -11,7 +11,7 @@ struct FanoutClient: AsyncParsableCommand {
               fanout-client subscribe --url ws://127.0.0.1:8080/subscribe
               fanout-client cart add alice apple --quantity 2 --price 50
             """,
-        subcommands: [SubscribeCommand.self, CartCommand.self, BenchCommand.self])
+        subcommands: [SubscribeCommand.self, CartCommand.self])
 }
 
 /// A failure to report on stderr with a non-zero exit, never a stack trace.

@@ -4,7 +4,7 @@ import FanoutProtocol
 import Foundation
 import HummingbirdWSClient
 import Logging
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// `fanout-client subscribe`: prints every event once, in order, across any disconnect.
 struct SubscribeCommand: AsyncParsableCommand {
@@ -56,11 +56,15 @@ struct SubscribeCommand: AsyncParsableCommand {
         let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         let state = try SeqState(stateFile: stateFile, since: since)
         let printer = EventPrinter(format: format, state: state)
-        let signalSources = Self.exitOnSignals(printer: printer)
         let session = SubscriberSession(
             url: url, carts: carts.isEmpty ? nil : carts, token: token, state: state, printer: printer)
+        // The sources must live as long as the session: a released source is cancelled, and the
+        // signals, set to SIG_IGN for it, would then be ignored. `_ = sources` after the call
+        // did not keep them: an optimised build released them at once (Ctrl-C did nothing).
+        // `withExtendedLifetime` has no async form, so it marks the end of the scope instead.
+        let signalSources = Self.exitOnSignals(printer: printer)
+        defer { withExtendedLifetime(signalSources) {} }
         try await session.run()
-        _ = signalSources  // kept alive as long as the session runs
     }
 
     /// Ctrl-C and SIGTERM end the program with status 0, but never between printing a line
@@ -79,7 +83,7 @@ struct SubscribeCommand: AsyncParsableCommand {
 /// The last seq printed, and its file.
 final class SeqState: Sendable {
     private let file: URL?
-    private let seq: Mutex<Int64?>
+    private let seq: NIOLockedValueBox<Int64?>
 
     init(stateFile: String?, since: Int64?) throws {
         file = stateFile.map { URL(fileURLWithPath: $0) }
@@ -91,14 +95,14 @@ final class SeqState: Sendable {
             }
             start = saved
         }
-        seq = Mutex(start)
+        seq = NIOLockedValueBox(start)
     }
 
-    var last: Int64? { seq.withLock { $0 } }
+    var last: Int64? { seq.withLockedValue { $0 } }
 
     /// Records a printed seq, in the file too (written whole, then renamed over the old one).
     func advance(to value: Int64) throws {
-        seq.withLock { $0 = value }
+        seq.withLockedValue { $0 = value }
         guard let file else { return }
         try Data("\(value)\n".utf8).write(to: file, options: .atomic)
     }
@@ -108,42 +112,74 @@ final class SeqState: Sendable {
 final class EventPrinter: Sendable {
     let format: SubscribeCommand.Format
     let state: SeqState
-    /// Held while a line is printed and its seq saved, so an exit cannot split the two.
-    private let printing = Mutex(())
+    private let output: FileHandle
+    /// Held while a line is printed and its seq saved, so an exit cannot split the two; it
+    /// guards the connection's snapshot parts received so far.
+    private let printing = NIOLockedValueBox(SnapshotAssembly())
 
-    init(format: SubscribeCommand.Format, state: SeqState) {
+    init(format: SubscribeCommand.Format, state: SeqState, output: FileHandle = .standardOutput) {
         self.format = format
         self.state = state
+        self.output = output
     }
 
     /// Runs `body` between lines, never in the middle of printing one.
     func exclusively(_ body: () -> Void) {
-        printing.withLock { _ in body() }
+        printing.withLockedValue { _ in body() }
     }
 
     /// - Parameter raw: the message as the server sent it (printed as is in JSON format).
+    /// - Throws: when the message breaks the protocol (an event inside a snapshot's parts, parts
+    ///   of different snapshots): the connection is dropped and resumed.
     func handle(_ message: ServerMessage, raw: String) throws {
-        try printing.withLock { _ in try show(message, raw: raw) }
+        try printing.withLockedValue { snapshot in try show(message, raw: raw, snapshot: &snapshot) }
     }
 
-    private func show(_ message: ServerMessage, raw: String) throws {
+    private func show(_ message: ServerMessage, raw: String, snapshot: inout SnapshotAssembly) throws {
         switch message {
         case .event(let event):
+            guard !snapshot.isIncomplete else {
+                throw ProtocolViolation(description: "event \(event.seq) arrived before the last part of the snapshot")
+            }
             if let last = state.last, event.seq <= last { return }
             emit(format == .json ? raw : Self.text(event))
             try state.advance(to: event.seq)
-        case .snapshot(let carts, let seq, let reason):
-            emit(format == .json ? raw : "snapshot at seq \(seq) (\(reason.rawValue)): \(carts.count) carts" + carts.map { "\n  \($0.id) v\($0.version): \($0.itemCount) items" }.joined())
-            try state.advance(to: seq)
+        case .snapshot(let carts, let seq, let reason, let more):
+            let whole: (snapshot: CartSnapshot, reason: SnapshotReason)?
+            do {
+                whole = try snapshot.add(carts: carts, seq: seq, reason: reason, more: more)
+            } catch {
+                throw ProtocolViolation(description: error.description)
+            }
+            emit(format == .json ? raw : Self.text(snapshotPart: carts, seq: seq, reason: reason, more: more, whole: whole?.snapshot))
+            // Only the last part completes the snapshot: resuming after its seq before then
+            // would skip the carts of the parts not yet received.
+            if whole != nil { try state.advance(to: seq) }
         case .error(let code, let message):
             FileHandle.standardError.write(Data("fanout-client: server error \(code): \(message)\n".utf8))
-        case .welcome, .heartbeat:
+        case .welcome:
+            // A new connection: parts of a snapshot cut short by a disconnect are dropped.
+            snapshot = SnapshotAssembly()
+        case .heartbeat:
             break
         }
     }
 
     private func emit(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        output.write(Data((line + "\n").utf8))
+    }
+
+    /// One part of a snapshot; a snapshot in one part reads as it always did.
+    static func text(snapshotPart carts: [Cart], seq: Int64, reason: SnapshotReason, more: Bool, whole: CartSnapshot?) -> String {
+        let head = switch (more, whole) {
+        case (false, let whole?) where whole.carts.count == carts.count:
+            "snapshot at seq \(seq) (\(reason.rawValue)): \(carts.count) carts"
+        case (false, let whole):
+            "snapshot at seq \(seq) (\(reason.rawValue)), last part: \(carts.count) carts, \(whole?.carts.count ?? carts.count) in all"
+        case (true, _):
+            "snapshot at seq \(seq) (\(reason.rawValue)), part: \(carts.count) carts, more follow"
+        }
+        return head + carts.map { "\n  \($0.id) v\($0.version): \($0.itemCount) items" }.joined()
     }
 
     static func text(_ event: CartEvent) -> String {

@@ -35,8 +35,12 @@ struct SubscriberSession: Sendable {
                 }
             } catch let failure as ClientFailure {
                 throw failure
+            } catch let violation as ProtocolViolation {
+                FileHandle.standardError.write(Data("fanout-client: the server broke the protocol (\(violation)); resuming after seq \(state.last.map(String.init) ?? "none")\n".utf8))
             } catch {
-                // Network errors: retry below.
+                // Network errors (the server is down or restarting, the connection broke): say
+                // so, then retry below.
+                FileHandle.standardError.write(Data("fanout-client: connection lost (\(error)); retrying, to resume after seq \(state.last.map(String.init) ?? "none")\n".utf8))
             }
             failures = received.count > 0 ? 0 : failures + 1
             try await Task.sleep(for: Self.backoff(failures: failures))
@@ -58,7 +62,7 @@ struct SubscriberSession: Sendable {
         components.query = nil
         guard let base = components.url else { throw ClientFailure("bad URL \(url)") }
         do {
-            _ = try await HTTPAPI(baseURL: base, token: token).send("GET", "/events?limit=1")
+            _ = try await HTTPAPI(baseURL: base, token: token).send("GET", "/events?limit=1", as: EventsPage.self)
         } catch let failure as ClientFailure where failure.isAuthorizationFailure {
             throw failure
         } catch {
@@ -68,6 +72,8 @@ struct SubscriberSession: Sendable {
 
     private func connectOnce(received: MessageCounter) async throws {
         var configuration = WebSocketClientConfiguration()
+        // Each server message is one frame; a snapshot part can be 256 KiB, or one cart alone.
+        configuration.maxFrameSize = Self.maxMessageSize
         if let token { configuration.additionalHeaders[.authorization] = "Bearer \(token)" }
         var logger = Logger(label: "fanout-client")
         logger.logLevel = .critical
@@ -76,7 +82,7 @@ struct SubscriberSession: Sendable {
         let printer = printer
         let close = try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, outbound, _ in
             try await withThrowingTaskGroup(of: Void.self) { group in
-                for try await message in inbound.messages(maxSize: 16 << 20) {
+                for try await message in inbound.messages(maxSize: Self.maxMessageSize) {
                     guard case .text(let text) = message else { continue }
                     let decoded = try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(text.utf8))
                     received.increment()
@@ -93,6 +99,10 @@ struct SubscriberSession: Sendable {
         }
     }
 
+    /// The largest server message taken: far above any the server sends (a snapshot part is at
+    /// most 256 KiB unless one cart alone is larger), yet bounded.
+    static let maxMessageSize = 16 << 20
+
     static func describe(_ close: WebSocketCloseFrame) -> String {
         let code: String = switch close.closeCode {
         case .goingAway: "1001"
@@ -101,6 +111,12 @@ struct SubscriberSession: Sendable {
         }
         return [code, close.reason].compactMap { $0 }.joined(separator: " ")
     }
+}
+
+/// The server sent what the protocol does not allow. Unlike a `ClientFailure`, which ends the
+/// program, the session drops the connection and resumes.
+struct ProtocolViolation: Error, CustomStringConvertible {
+    let description: String
 }
 
 /// Messages received on one connection: a connection that got any resets the backoff.

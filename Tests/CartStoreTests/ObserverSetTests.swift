@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import NIOConcurrencyHelpers
 import Synchronization
 import Testing
 @testable import CartStore
@@ -92,9 +93,9 @@ struct ObserverSetTests {
         let queue = DispatchQueue(label: "observer")
         let key = DispatchSpecificKey<Bool>()
         queue.setSpecific(key: key, value: true)
-        let onQueue = Mutex(true)
+        let onQueue = NIOLockedValueBox(true)
         let observer = RecordingObserver { _ in
-            if DispatchQueue.getSpecific(key: key) != true { onQueue.withLock { $0 = false } }
+            if DispatchQueue.getSpecific(key: key) != true { onQueue.withLockedValue { $0 = false } }
         }
         set.add(observer, queue: queue)
         for seq in 1...100 {
@@ -102,7 +103,7 @@ struct ObserverSetTests {
         }
         await withCheckedContinuation { continuation in queue.async { continuation.resume() } }
         #expect(observer.seqs == Array(1...100))
-        #expect(onQueue.withLock { $0 })
+        #expect(onQueue.withLockedValue { $0 })
     }
 
     @Test func addingAndRemovingInsideACallbackIsSafe() {
@@ -112,10 +113,10 @@ struct ObserverSetTests {
         final class SelfRemover: CartStoreObserver {
             let set: ObserverSet
             let late: RecordingObserver
-            let calls = Mutex(0)
+            let calls = NIOLockedValueBox(0)
             init(set: ObserverSet, late: RecordingObserver) { self.set = set; self.late = late }
             func cartStore(_ store: CartStore, didCommit event: CartEvent) {
-                calls.withLock { $0 += 1 }
+                calls.withLockedValue { $0 += 1 }
                 set.remove(self)
                 set.add(late)
             }
@@ -125,7 +126,7 @@ struct ObserverSetTests {
         set.add(victim)
         Self.post(set)
         Self.post(set)
-        #expect(remover.calls.withLock { $0 } == 1)
+        #expect(remover.calls.withLockedValue { $0 } == 1)
         // Changes made during a notification apply from the next one.
         #expect(late.received.count == 1)
         #expect(victim.received.count == 2)

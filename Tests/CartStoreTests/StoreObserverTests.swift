@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import GRDB
-import Synchronization
+import NIOConcurrencyHelpers
 import FanoutTestSupport
 import Testing
 @testable import CartStore
@@ -47,26 +47,26 @@ struct StoreObserverTests {
         let store = try CartStore(path: directory.path("store.sqlite"), durability: .normal)
         // Reading the file from another connection at delivery time shows the event committed.
         let reader = try DatabasePoolReader(path: directory.path("store.sqlite"))
-        let visible = Mutex<[Bool]>([])
+        let visible = NIOLockedValueBox<[Bool]>([])
         let observer = RecordingObserver { event in
             let count = reader.count(seq: event.seq)
-            visible.withLock { $0.append(count == 1) }
+            visible.withLockedValue { $0.append(count == 1) }
         }
         store.observers.add(observer)
         for index in 0..<5 {
             try await store.addItem(cartID: "c", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
         }
-        #expect(visible.withLock { $0 } == Array(repeating: true, count: 5))
+        #expect(visible.withLockedValue { $0 } == Array(repeating: true, count: 5))
     }
 
     struct Vetoed: Error, Equatable { let reason: String }
 
     final class Validator: CartStoreObserver {
-        let events = Mutex<[CartEvent]>([])
-        let proposals = Mutex<[CartChangeProposal]>([])
-        func cartStore(_ store: CartStore, didCommit event: CartEvent) { events.withLock { $0.append(event) } }
+        let events = NIOLockedValueBox<[CartEvent]>([])
+        let proposals = NIOLockedValueBox<[CartChangeProposal]>([])
+        func cartStore(_ store: CartStore, didCommit event: CartEvent) { events.withLockedValue { $0.append(event) } }
         func cartStore(_ store: CartStore, validate proposal: CartChangeProposal) throws {
-            proposals.withLock { $0.append(proposal) }
+            proposals.withLockedValue { $0.append(proposal) }
             if proposal.after.totalCents > 1_000 {
                 throw Vetoed(reason: "cart \(proposal.cartID) would cost more than 10.00")
             }
@@ -89,7 +89,7 @@ struct StoreObserverTests {
         #expect(try await store.cart("c")?.items.map(\.sku) == ["a"])
         #expect(try await store.latestSeq() == 1)
         #expect(bystander.seqs == [1])
-        let proposals = validator.proposals.withLock { $0 }
+        let proposals = validator.proposals.withLockedValue { $0 }
         #expect(proposals.count == 2)
         #expect(proposals.last?.before.items.count == 1)
         #expect(proposals.last?.after.items.count == 2)

@@ -20,7 +20,7 @@ struct TemporaryDirectory {
 
 /// An observer that records what it is told.
 final class RecordingObserver: CartStoreObserver {
-    private let events = Mutex<[CartEvent]>([])
+    private let events = NIOLockedValueBox<[CartEvent]>([])
     let onEvent: @Sendable (CartEvent) -> Void
 
     init(onEvent: @escaping @Sendable (CartEvent) -> Void = { _ in }) {
@@ -28,15 +28,15 @@ final class RecordingObserver: CartStoreObserver {
     }
 
     func cartStore(_ store: CartStore, didCommit event: CartEvent) {
-        events.withLock { $0.append(event) }
+        events.withLockedValue { $0.append(event) }
         onEvent(event)
     }
 
-    var received: [CartEvent] { events.withLock { $0 } }
+    var received: [CartEvent] { events.withLockedValue { $0 } }
     var seqs: [Int64] { received.map(\.seq) }
 }
 
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Reads the whole event log, page by page.
 func wholeLog(_ store: CartStore) async throws -> [CartEvent] {

@@ -1,6 +1,6 @@
 import FanoutTestSupport
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -10,12 +10,15 @@ final class SubscribeProcess: Sendable {
     struct Line: Sendable {
         var type: String
         var seq: Int64
+        /// For a snapshot part: how many carts it carries, and whether more parts follow.
+        var carts = 0
+        var more = false
     }
 
     /// What the pipe's handler and the test share.
     private final class Output: Sendable {
-        let lines = Mutex<[Line]>([])
-        let partial = Mutex(Data())
+        let lines = NIOLockedValueBox<[Line]>([])
+        let partial = NIOLockedValueBox(Data())
     }
 
     let process: Process
@@ -31,7 +34,7 @@ final class SubscribeProcess: Sendable {
         self.process = process
         output.fileHandleForReading.readabilityHandler = { [shared] handle in
             let chunk = handle.availableData
-            let complete: [Data] = shared.partial.withLock { buffer in
+            let complete: [Data] = shared.partial.withLockedValue { buffer in
                 buffer.append(chunk)
                 var complete: [Data] = []
                 while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
@@ -43,14 +46,14 @@ final class SubscribeProcess: Sendable {
             let parsed = complete.compactMap { data -> Line? in
                 guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
                       let type = object["type"] as? String, let seq = (object["seq"] as? NSNumber)?.int64Value else { return nil }
-                return Line(type: type, seq: seq)
+                return Line(type: type, seq: seq, carts: (object["carts"] as? [Any])?.count ?? 0, more: object["more"] as? Bool ?? false)
             }
-            shared.lines.withLock { $0 += parsed }
+            shared.lines.withLockedValue { $0 += parsed }
         }
         try process.run()
     }
 
-    var output: [Line] { shared.lines.withLock { $0 } }
+    var output: [Line] { shared.lines.withLockedValue { $0 } }
     var eventSeqs: [Int64] { output.filter { $0.type == "event" }.map(\.seq) }
 
     func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }

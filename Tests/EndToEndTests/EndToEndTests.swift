@@ -1,6 +1,11 @@
+import CartStore
 import FanoutTestSupport
 import Foundation
+import NIOConcurrencyHelpers
 import Testing
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// The real `fanout-server` and `fanout-client` executables, as processes, on loopback.
 @Suite("End to end", .serialized, .timeLimit(.minutes(3)))
@@ -40,15 +45,15 @@ struct EndToEndTests {
         let clients = try (0..<5).map { _ in try SubscribeProcess(port: port) }
         await eventually("every client's snapshot") { clients.allSatisfy { $0.output.first?.type == "snapshot" } }
 
-        let restarted = Mutex<ServerProcess?>(nil)
+        let restarted = NIOLockedValueBox<ServerProcess?>(nil)
         let burst = Task { await Mutations.burst(port: { port }, writers: 3, each: 100, tag: "k") }
         // Kill the server once some of the burst has landed, then start it again on the same
         // database and port while the writers keep trying.
         await eventually("part of the burst") { (clients.first?.eventSeqs.count ?? 0) >= 30 }
         first.signal(SIGKILL)
         _ = await first.waitForExit()
-        restarted.withLock { $0 = try? ServerProcess(arguments: ["--port", "\(port)", "--db", database] + Self.fastLeases) }
-        #expect(restarted.withLock { $0 } != nil, "the server must restart on the same port")
+        restarted.withLockedValue { $0 = try? ServerProcess(arguments: ["--port", "\(port)", "--db", database] + Self.fastLeases) }
+        #expect(restarted.withLockedValue { $0 } != nil, "the server must restart on the same port")
         let acknowledged = await burst.value
         #expect(acknowledged.count < 300, "the kill landed mid-burst: some writes were refused")
         #expect(await Mutations.add(port: port, cart: "after", sku: "restart") != nil)
@@ -60,7 +65,7 @@ struct EndToEndTests {
             await eventually("the client to catch up") { client.eventSeqs.count >= log.count }
             #expect(client.eventSeqs == log, "printed exactly once each, in order")
         }
-        restarted.withLock { $0 }?.signal(SIGTERM)
+        restarted.withLockedValue { $0 }?.signal(SIGTERM)
     }
 
     @Test func aStoppedClientExpiresThenResumesWhereItLeftOff() async throws {
@@ -122,6 +127,27 @@ struct EndToEndTests {
         server.signal(SIGTERM)
     }
 
+    /// A snapshot too big for one message comes in parts (500 carts each); the real client
+    /// prints each, and events follow only the last.
+    @Test func aSnapshotOfManyCartsArrivesInPartsThenTheEvents() async throws {
+        let (database, cleanup) = try Self.temporaryDatabase()
+        defer { cleanup() }
+        let store = try CartStore(path: database)
+        try await writeConcurrently(to: store, writers: 1_203, perWriter: 1)
+        try store.close()
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        defer { server.signal(SIGTERM) }
+        let client = try SubscribeProcess(port: server.port)
+        await eventually("the last part") { client.output.contains { $0.type == "snapshot" && !$0.more } }
+        let parts = client.output.filter { $0.type == "snapshot" }
+        #expect(parts.map(\.carts) == [500, 500, 203])
+        #expect(parts.map(\.more) == [true, true, false])
+        #expect(Set(parts.map(\.seq)) == [1_203], "every part is of the same snapshot")
+        let seq = try #require(await Mutations.add(port: server.port, cart: "after", sku: "a"))
+        await eventually("the event after the snapshot") { client.eventSeqs == [seq] }
+        #expect(seq == 1_204)
+    }
+
     @Test func aBadTokenIsReportedOnceWithANonZeroExit() async throws {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
@@ -137,41 +163,5 @@ struct EndToEndTests {
     static func stats(port: Int) async throws -> [String: Any] {
         let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/stats")!)
         return (try JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
-    }
-}
-
-import Synchronization
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-
-@Suite("Bench tool", .timeLimit(.minutes(2)))
-struct BenchToolTests {
-    @Test func benchCountsEveryDeliveryAgainstARealServer() async throws {
-        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
-        defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
-        let bench = Process()
-        bench.executableURL = ServerProcess.executable("fanout-client")
-        bench.arguments = ["bench", "--url", "http://127.0.0.1:\(server.port)", "--subscribers", "3", "--events", "20",
-                           "--writers", "2", "--server-pid", "\(server.process.processIdentifier)"]
-        let output = Pipe()
-        bench.standardOutput = output
-        bench.standardError = FileHandle.nullDevice
-        try bench.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        bench.waitUntilExit()
-        #expect(bench.terminationStatus == 0)
-        let report = try #require((try JSONSerialization.jsonObject(with: data)) as? [String: Any])
-        #expect(report["connected"] as? Int == 3)
-        #expect(report["acknowledged"] as? Int == 20)
-        #expect(report["deliveries"] as? Int == 60)
-        #expect(report["lost"] as? Int == 0)
-        #expect(report["duplicated"] as? Int == 0)
-        let latency = try #require(report["latencyMs"] as? [String: Any])
-        #expect((latency["p50"] as? Double ?? -1) >= 0)
-        #expect((report["serverCpuSeconds"] as? Double ?? -1) >= 0, "CPU read from /proc")
-        #expect((report["serverRssKiB"] as? Int ?? 0) > 0, "RSS read from /proc")
-        server.signal(SIGTERM)
     }
 }

@@ -31,6 +31,7 @@ struct WireMessageTests {
         ServerMessage.event(WireMessageTests.event),
         .welcome(.init(subscriberID: "s1", heartbeatInterval: 0.5, leaseTTL: 1.5, latestSeq: 0)),
         .snapshot(carts: [Cart(id: "alice", version: 2, items: [CartItem(sku: "a", quantity: 1, unitPriceCents: 0)])], seq: 12, reason: .sinceTooOld),
+        .snapshot(carts: [Cart(id: "bob", version: 1)], seq: 12, reason: .initial, more: true),
         .heartbeat(latestSeq: 99),
         .error(code: "bad_message", message: "expected a JSON object"),
     ])

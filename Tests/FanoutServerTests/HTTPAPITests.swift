@@ -1,10 +1,11 @@
-import CartStore
 import Foundation
+import GRDB
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import Logging
 import Testing
+@testable import CartStore
 @testable import FanoutServer
 
 @Suite("HTTP API")
@@ -41,6 +42,11 @@ struct HTTPAPITests {
                 #expect(cart["totalCents"] as? Int == 100)
                 #expect(cart["version"] as? Int == 1)
                 #expect(response.headers[.eTag] == "\"1\"")
+                // What fanout-client decodes: FanoutProtocol's answer, with the Cart of the snapshot.
+                let answer = try FanoutJSON.decoder().decode(MutationResponse.self, from: Data(buffer: response.body))
+                #expect(answer == MutationResponse(
+                    cart: Cart(id: "alice", version: 1, items: [CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Apple")]),
+                    seq: 1, deliveredTo: 0))
             }
             try await client.execute(uri: "/carts/alice/items/apple", method: .patch, headers: [.ifMatch: "\"1\""],
                                      body: Self.body(#"{"quantity":5}"#)) { response in
@@ -144,7 +150,7 @@ struct HTTPAPITests {
         }
     }
 
-    @Test func theTokenGuardsEveryRouteButHealthAndTheSchema() async throws {
+    @Test func aWrongOrMissingTokenIsRefusedWithItsOwnCode() async throws {
         try await Self.app { $0.token = "s3cret" }.application.test(.router) { client in
             let add = Self.body(#"{"sku":"a","quantity":1,"unitPriceCents":1}"#)
             try await client.execute(uri: "/carts/c/items", method: .post, body: add) { response in
@@ -153,20 +159,55 @@ struct HTTPAPITests {
             }
             try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer wrong"], body: add) { response in
                 #expect(response.status == .forbidden)
+                #expect(Self.errorCode(response.body) == "bad_token")
             }
             try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer s3cret"], body: add) { response in
                 #expect(response.status == .ok)
             }
-            for read in ["/events", "/carts", "/carts/c", "/stats", "/metrics"] {
-                try await client.execute(uri: read, method: .get) { #expect($0.status == .unauthorized, "\(read)") }
-                try await client.execute(uri: read, method: .get, headers: [.authorization: "Bearer s3cret"]) { #expect($0.status == .ok, "\(read)") }
-                // Reads may carry it in the query, for browsers' EventSource and WebSocket.
-                try await client.execute(uri: read + "?token=s3cret", method: .get) { #expect($0.status == .ok, "\(read)") }
+        }
+    }
+
+    /// With a token, carts, the log and the figures are the user's: only `/healthz` and the schema
+    /// are open.
+    @Test(arguments: [
+        ("/carts", HTTPRequest.Method.get), ("/carts/c", .get), ("/stats", .get), ("/metrics", .get), ("/events", .get),
+        ("/carts/c/items", .post), ("/carts/c/items/a", .patch), ("/carts/c/items/a", .delete), ("/carts/c", .delete),
+    ])
+    func everythingButHealthAndTheSchemaNeedsTheToken(uri: String, method: HTTPRequest.Method) async throws {
+        let app = try await Self.app { $0.token = "s3cret" }
+        try await app.store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
+        let body = method == .get || method == .delete ? Self.body("") : Self.body(#"{"sku":"b","quantity":1,"unitPriceCents":1}"#)
+        try await app.application.test(.router) { client in
+            try await client.execute(uri: uri, method: method, body: body) { response in
+                #expect(response.status == .unauthorized, "\(method) \(uri) answered without the token")
             }
-            // Changes may not: a token in a URL ends up in logs and histories.
-            try await client.execute(uri: "/carts/c/items?token=s3cret", method: .post, body: add) { #expect($0.status == .unauthorized) }
+            try await client.execute(uri: uri, method: method, headers: [.authorization: "Bearer s3cret"], body: body) { response in
+                #expect(response.status.code < 400, "\(method) \(uri) refused with the token: \(response.status)")
+            }
             for open in ["/healthz", "/openapi.json"] {
                 try await client.execute(uri: open, method: .get) { #expect($0.status == .ok, "\(open)") }
+            }
+        }
+    }
+
+    /// `?token=` is for what a browser cannot give headers to (a WebSocket, an `EventSource`, a
+    /// plain link): reads only. A change must carry the header.
+    @Test func theTokenInTheURLIsForReadsOnly() async throws {
+        let app = try await Self.app { $0.token = "s3cret" }
+        try await app.store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
+        try await app.application.test(.router) { client in
+            for uri in ["/carts?token=s3cret", "/carts/c?token=s3cret", "/events?token=s3cret", "/stats?token=s3cret"] {
+                try await client.execute(uri: uri, method: .get) { #expect($0.status == .ok, "GET \(uri)") }
+            }
+            try await client.execute(uri: "/carts?token=wrong", method: .get) { #expect($0.status == .forbidden) }
+            let add = Self.body(#"{"sku":"b","quantity":1,"unitPriceCents":1}"#)
+            try await client.execute(uri: "/carts/c/items?token=s3cret", method: .post, body: add) { response in
+                #expect(response.status == .unauthorized)
+                #expect(Self.errorCode(response.body) == "unauthorized")
+            }
+            try await client.execute(uri: "/carts/c?token=s3cret", method: .delete) { #expect($0.status == .unauthorized) }
+            try await client.execute(uri: "/carts/c", method: .get, headers: [.authorization: "Bearer s3cret"]) { response in
+                #expect((Self.json(response.body)["cart"] as? [String: Any])?["version"] as? Int == 1, "nothing changed")
             }
         }
     }
@@ -199,6 +240,32 @@ struct HTTPAPITests {
                 #expect(response.status == .forbidden)
                 #expect(response.headers[.accessControlAllowOrigin] == nil)
             }
+        }
+    }
+
+    /// `/healthz` is what a supervisor watches: a server whose store cannot write is not healthy,
+    /// even though it still answers reads.
+    @Test func healthSaysWhenTheStoreCannotWrite() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-health-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appending(path: "store.sqlite").path
+        try CartStore(path: path).close()
+        // As a read-only file or mount opens (tests run as root, where file modes do not stop writes).
+        var readOnly = Configuration()
+        readOnly.readonly = true
+        var logger = Logger(label: "fanout-test")
+        logger.logLevel = .critical
+        let store = try CartStore(writer: DatabasePool(path: path, configuration: readOnly))
+        try await buildApplication(configuration: .init(), store: store, logger: logger).application.test(.router) { client in
+            try await client.execute(uri: "/healthz", method: .get) { response in
+                #expect(response.status == .serviceUnavailable)
+                #expect(Self.errorCode(response.body) == "store_unavailable")
+            }
+            try await client.execute(uri: "/carts", method: .get) { #expect($0.status == .ok, "reads still work") }
+        }
+        try await Self.app().application.test(.router) { client in
+            try await client.execute(uri: "/healthz", method: .get) { #expect($0.status == .ok) }
         }
     }
 

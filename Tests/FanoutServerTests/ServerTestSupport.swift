@@ -7,6 +7,7 @@ import HummingbirdWSClient
 import Logging
 import NIOCore
 import NIOWebSocket
+import NIOConcurrencyHelpers
 import Synchronization
 import FanoutTestSupport
 import Testing
@@ -37,9 +38,9 @@ func withServer<T: Sendable>(
 final class TestSubscriber: Sendable {
     /// What the connection task and the test share.
     private final class Shared: Sendable {
-        let received = Mutex<[ServerMessage]>([])
-        let writer = Mutex<WebSocketOutboundWriter?>(nil)
-        let heartbeating: Atomic<Bool>
+        let received = NIOLockedValueBox<[ServerMessage]>([])
+        let writer = NIOLockedValueBox<WebSocketOutboundWriter?>(nil)
+        let heartbeating: Synchronization.Atomic<Bool>
         init(heartbeats: Bool) { heartbeating = Atomic(heartbeats) }
     }
 
@@ -55,7 +56,7 @@ final class TestSubscriber: Sendable {
             return try await WebSocketClient.connect(
                 url: "ws://127.0.0.1:\(port)\(path)", configuration: configuration, logger: Logger(label: "test-subscriber")
             ) { inbound, outbound, _ in
-                shared.writer.withLock { $0 = outbound }
+                shared.writer.withLockedValue { $0 = outbound }
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
                         while true {
@@ -68,7 +69,7 @@ final class TestSubscriber: Sendable {
                     for try await message in inbound.messages(maxSize: 1 << 22) {
                         guard case .text(let text) = message else { continue }
                         let decoded = try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(text.utf8))
-                        shared.received.withLock { $0.append(decoded) }
+                        shared.received.withLockedValue { $0.append(decoded) }
                     }
                     group.cancelAll()
                 }
@@ -76,7 +77,7 @@ final class TestSubscriber: Sendable {
         }
     }
 
-    var messages: [ServerMessage] { shared.received.withLock { $0 } }
+    var messages: [ServerMessage] { shared.received.withLockedValue { $0 } }
 
     var events: [CartEvent] {
         messages.compactMap { if case .event(let event) = $0 { event } else { nil } }
@@ -87,7 +88,7 @@ final class TestSubscriber: Sendable {
     }
 
     var snapshots: [(carts: [Cart], seq: Int64, reason: SnapshotReason)] {
-        messages.compactMap { if case .snapshot(let carts, let seq, let reason) = $0 { (carts, seq, reason) } else { nil } }
+        messages.compactMap { if case .snapshot(let carts, let seq, let reason, _) = $0 { (carts, seq, reason) } else { nil } }
     }
 
     func stopHeartbeats() { shared.heartbeating.store(false, ordering: .relaxed) }
@@ -98,8 +99,8 @@ final class TestSubscriber: Sendable {
     }
 
     func sendRaw(_ frame: WebSocketOutboundWriter.OutboundFrame) async throws {
-        await eventually("the connection to open") { shared.writer.withLock { $0 != nil } }
-        guard let writer = shared.writer.withLock({ $0 }) else {
+        await eventually("the connection to open") { shared.writer.withLockedValue { $0 != nil } }
+        guard let writer = shared.writer.withLockedValue({ $0 }) else {
             _ = try await connection.value  // surfaces why it never opened
             throw CancellationError()
         }
@@ -118,7 +119,7 @@ final class TestSubscriber: Sendable {
     }
 
     func close() async {
-        if let outbound = shared.writer.withLock({ $0 }) {
+        if let outbound = shared.writer.withLockedValue({ $0 }) {
             try? await outbound.close(.normalClosure, reason: nil)
         }
         _ = try? await connection.value

@@ -1,5 +1,6 @@
 import CartStore
 import Foundation
+import NIOConcurrencyHelpers
 import Testing
 
 /// Waits until `condition` holds, polling, or records a failure after `timeout`: the tests'
@@ -33,9 +34,12 @@ public func writeConcurrently(to store: CartStore, writers: Int, perWriter: Int)
 
 /// The real `fanout-server` executable, started as a process on port 0.
 public final class ServerProcess {
-    /// A product executable, built next to the test bundle.
+    /// A product executable: from the folder `FANOUT_PRODUCTS` names (`./scripts/test` points it
+    /// at the release build for its second pass), else the one built next to the test bundle.
     public static func executable(_ name: String) -> URL {
-        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appending(path: name)
+        let folder = ProcessInfo.processInfo.environment["FANOUT_PRODUCTS"].map { URL(fileURLWithPath: $0) }
+            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        return folder.appending(path: name)
     }
 
     public let process = Process()
@@ -84,20 +88,23 @@ public final class ServerProcess {
 /// How a product executable run to completion ended.
 public struct ProcessOutcome: Sendable {
     public let status: Int32
+    public let standardOutput: String
     public let standardError: String
     /// It was still running at the deadline and was killed: a retry loop where an exit was due.
     public let timedOut: Bool
 }
 
 /// Runs a product executable until it exits, or kills it after `timeout`, so a program that
-/// should have given up fails the test instead of hanging it.
+/// should have given up fails the test instead of hanging it. Waits without blocking a thread of
+/// the concurrency pool (the in-process servers of other tests need them), and reads both pipes
+/// as they fill, so a talkative program cannot stall on a full one.
 public func runToExit(_ name: String, _ arguments: [String], timeout: Duration = .seconds(30)) async throws -> ProcessOutcome {
     let process = Process()
     process.executableURL = ServerProcess.executable(name)
     process.arguments = arguments
-    let standardError = Pipe()
-    process.standardError = standardError
-    process.standardOutput = FileHandle.nullDevice
+    let standardOutput = PipeCollector(), standardError = PipeCollector()
+    process.standardOutput = standardOutput.pipe
+    process.standardError = standardError.pipe
     try process.run()
     let deadline = ContinuousClock.now + timeout
     while process.isRunning, ContinuousClock.now < deadline {
@@ -105,7 +112,34 @@ public func runToExit(_ name: String, _ arguments: [String], timeout: Duration =
     }
     let timedOut = process.isRunning
     if timedOut { kill(process.processIdentifier, SIGKILL) }
-    process.waitUntilExit()
-    let message = String(decoding: standardError.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    return ProcessOutcome(status: process.terminationStatus, standardError: message, timedOut: timedOut)
+    while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+    return ProcessOutcome(
+        status: process.terminationStatus, standardOutput: await standardOutput.finish(),
+        standardError: await standardError.finish(), timedOut: timedOut)
 }
+
+/// A pipe read to its end on a thread of its own (not one of the concurrency pool's).
+private final class PipeCollector: Sendable {
+    let pipe = Pipe()
+    private let collected = NIOLockedValueBox<Data?>(nil)
+
+    init() {
+        let handle = pipe.fileHandleForReading
+        Thread.detachNewThread { [collected] in
+            let data = handle.readDataToEndOfFile()
+            collected.withLockedValue { $0 = data }
+        }
+    }
+
+    /// Everything written, once every writer has closed the pipe.
+    func finish() async -> String {
+        while true {
+            if let data = collected.withLockedValue({ $0 }) { return String(decoding: data, as: UTF8.self) }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+    }
+}
+
+/// Whether the tests run in CI (`CI` set and not empty, as `.ci/run` does): there a test that
+/// needs an outside tool or a release build fails when it is missing instead of skipping.
+public let runningInCI = !(ProcessInfo.processInfo.environment["CI"] ?? "").isEmpty

@@ -29,10 +29,7 @@ struct APIError: HTTPResponseError {
 
     /// The `{"error":{…}}` body.
     func body() throws -> ByteBuffer {
-        var object: [String: Any] = ["code": code, "message": message]
-        for (key, value) in details { object[key] = value }
-        let body = try JSONSerialization.data(withJSONObject: ["error": object], options: [.sortedKeys, .withoutEscapingSlashes])
-        return ByteBuffer(bytes: body)
+        ByteBuffer(bytes: try FanoutJSON.encoder().encode(ErrorResponse(code: code, message: message, details: details)))
     }
 }
 

@@ -2,7 +2,8 @@ import CartStore
 import Foundation
 import Hummingbird
 
-/// The cart API: read carts, and change them (each change one event).
+/// The cart API: read carts, and change them (each change one event). Bodies and answers are
+/// FanoutProtocol's types, the ones `fanout-client` decodes.
 struct CartController: Sendable {
     let store: CartStore
     let hub: FanoutHub
@@ -16,68 +17,11 @@ struct CartController: Sendable {
         group.delete(":cartID/items/:sku", use: remove)
     }
 
-    // MARK: Bodies
-
-    struct CartBody: ResponseEncodable, Equatable {
-        struct Line: Codable, Equatable {
-            var sku: String
-            var quantity: Int
-            var unitPriceCents: Int
-            var name: String?
-            var lineTotalCents: Int64
-        }
-        var id: String
-        var version: Int64
-        var items: [Line]
-        var totalCents: Int64
-        var itemCount: Int
-
-        init(_ cart: Cart) {
-            id = cart.id
-            version = cart.version
-            items = cart.items.map {
-                Line(sku: $0.sku, quantity: $0.quantity, unitPriceCents: $0.unitPriceCents, name: $0.name, lineTotalCents: $0.lineTotalCents)
-            }
-            totalCents = cart.totalCents
-            itemCount = cart.itemCount
-        }
-    }
-
-    struct CartsResponse: ResponseEncodable {
-        var carts: [CartBody]
-        /// The seq these carts reflect.
-        var seq: Int64
-    }
-
-    struct CartResponse: ResponseEncodable {
-        var cart: CartBody
-        var seq: Int64
-    }
-
-    struct MutationResponse: ResponseEncodable {
-        var cart: CartBody
-        /// The seq of the event this change wrote.
-        var seq: Int64
-        /// How many subscribers the event was queued to.
-        var deliveredTo: Int
-    }
-
-    struct AddItemRequest: Decodable {
-        var sku: String
-        var quantity: Int
-        var unitPriceCents: Int
-        var name: String?
-    }
-
-    struct SetQuantityRequest: Decodable {
-        var quantity: Int
-    }
-
     // MARK: Handlers
 
     @Sendable func list(_ request: Request, context: FanoutRequestContext) async throws -> CartsResponse {
         let snapshot = try await store.snapshot()
-        return CartsResponse(carts: snapshot.carts.map(CartBody.init), seq: snapshot.seq)
+        return CartsResponse(carts: snapshot.carts, seq: snapshot.seq)
     }
 
     @Sendable func show(_ request: Request, context: FanoutRequestContext) async throws -> Response {
@@ -86,7 +30,7 @@ struct CartController: Sendable {
         guard let cart = snapshot.carts.first else {
             throw APIError(.notFound, code: CartStoreError.Code.cartNotFound.rawValue, "no cart \(cartID)")
         }
-        var response = try CartResponse(cart: CartBody(cart), seq: snapshot.seq).response(from: request, context: context)
+        var response = try CartResponse(cart: cart, seq: snapshot.seq).response(from: request, context: context)
         response.headers[.eTag] = "\"\(cart.version)\""
         return response
     }
@@ -125,7 +69,7 @@ struct CartController: Sendable {
     private func respond(to commit: CartCommit, request: Request, context: FanoutRequestContext) throws -> Response {
         // The hub heard the event before the store returned, so its count is final here.
         let body = MutationResponse(
-            cart: CartBody(commit.cart), seq: commit.event.seq, deliveredTo: hub.deliveredCount(seq: commit.event.seq))
+            cart: commit.cart, seq: commit.event.seq, deliveredTo: hub.deliveredCount(seq: commit.event.seq))
         var response = try body.response(from: request, context: context)
         response.headers[.eTag] = "\"\(commit.cart.version)\""
         return response

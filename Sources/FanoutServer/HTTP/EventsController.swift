@@ -8,32 +8,24 @@ struct EventsController: Sendable {
 
     func addRoutes(to router: Router<FanoutRequestContext>) {
         router.get("events", use: events)
-        router.get("healthz") { _, _ in HealthResponse(status: "ok") }
+        let health = StoreHealth(store: store)
+        router.get("healthz") { _, _ in
+            try await health.check()
+            return HealthResponse()
+        }
         router.get("stats") { _, _ in hub.stats }
-    }
-
-    struct HealthResponse: ResponseEncodable {
-        var status: String
-    }
-
-    struct EventsResponse: ResponseEncodable {
-        var events: [CartEvent]
-        /// The newest seq in the log when it was read.
-        var latestSeq: Int64
-        /// Pass as `since` to continue: the last returned seq, or the asked one.
-        var nextSince: Int64
     }
 
     /// `GET /events?since=N&carts=a,b&limit=L`. When the events after `since` were pruned the
     /// answer is 410 `history_too_old`, with the retained range: take `GET /carts` instead.
-    @Sendable func events(_ request: Request, context: FanoutRequestContext) async throws -> EventsResponse {
+    @Sendable func events(_ request: Request, context: FanoutRequestContext) async throws -> EventsPage {
         let query = request.uri.queryParameters
         let since = try Self.integer(query.get("since"), name: "since") ?? 0
         let limit = try Self.integer(query.get("limit"), name: "limit").map(Int.init) ?? 100
         let carts = query.get("carts").map { Set($0.split(separator: ",").map(String.init)) }
         switch try await store.events(after: since, limit: limit, carts: carts) {
         case .events(let events, let latest):
-            return EventsResponse(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
+            return EventsPage(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
         case .tooOld(let oldest, let latest):
             throw APIError(
                 .gone, code: CartStoreError.Code.historyTooOld.rawValue,
@@ -52,3 +44,28 @@ struct EventsController: Sendable {
 }
 
 extension FanoutHub.Stats: ResponseEncodable {}
+
+/// Whether the store can write, for `/healthz`: a write rolled back at once, at most once a
+/// second whatever the number of probes (each takes the writer for a moment), its answer reused
+/// in between. A store that cannot write throws its own error: 503 `store_unavailable`, 507
+/// `storage_full`.
+actor StoreHealth {
+    private let store: CartStore
+    private var lastProbe: (at: ContinuousClock.Instant, error: (any Error)?)?
+
+    init(store: CartStore) { self.store = store }
+
+    func check() async throws {
+        if let lastProbe, lastProbe.at.duration(to: .now) < .seconds(1) {
+            if let error = lastProbe.error { throw error }
+            return
+        }
+        do {
+            try await store.checkWritable()
+            lastProbe = (.now, nil)
+        } catch {
+            lastProbe = (.now, error)
+            throw error
+        }
+    }
+}

@@ -6,21 +6,25 @@ import Synchronization
 import FoundationNetworking
 #endif
 
-/// `fanout-client bench`: fan-out measured from the outside, against fanout-server or nchan.
+/// `fanout-bench`: fan-out measured from the outside, against fanout-server or nchan.
 ///
 /// Opens N WebSocket subscribers, performs M writes from K writers, and prints one JSON line:
 /// deliveries per second, write→receipt latency (writer's send to each receipt, one clock, this
 /// process), lost and duplicated deliveries, and given the server's pids, its CPU seconds per
 /// delivery and RSS from /proc.
-struct BenchCommand: AsyncParsableCommand {
+///
+/// A tool of its own, not part of `fanout-client`: the client a user installs carries no
+/// benchmark code. Run it with `swift run -c release fanout-bench …` (benchmarks/README.md).
+@main
+struct FanoutBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench",
+        commandName: "fanout-bench",
         abstract: "Measure fan-out: deliveries/s, latency, losses, server CPU and memory.",
         discussion: """
             Examples:
-              fanout-client bench --url http://127.0.0.1:8080 --subscribers 100 --events 2000 --server-pid 4242
-              fanout-client bench --peer nchan --url http://127.0.0.1:9090 --subscribers 1000 --events 500
-              fanout-client bench --subscribers 9000 --events 0 --server-pid 4242   # idle memory
+              fanout-bench --url http://127.0.0.1:8080 --subscribers 100 --events 2000 --server-pid 4242
+              fanout-bench --peer nchan --url http://127.0.0.1:9090 --subscribers 1000 --events 500
+              fanout-bench --subscribers 9000 --events 0 --server-pid 4242   # idle memory
             """)
 
     enum Peer: String, ExpressibleByArgument, CaseIterable, Sendable {
@@ -115,7 +119,7 @@ struct BenchCommand: AsyncParsableCommand {
 
 /// Where to subscribe and how to write, per peer.
 struct BenchTarget: Sendable {
-    let peer: BenchCommand.Peer
+    let peer: FanoutBench.Peer
     let baseURL: String
     let token: String?
 
@@ -140,7 +144,7 @@ struct BenchTarget: Sendable {
     }
 
     /// Whether a text message received from `peer` is one of the deliveries the bench counts.
-    static func isDelivery<Bytes: Collection<UInt8>>(_ bytes: Bytes, from peer: BenchCommand.Peer) -> Bool {
+    static func isDelivery<Bytes: Collection<UInt8>>(_ bytes: Bytes, from peer: FanoutBench.Peer) -> Bool {
         peer == .nchan || contains(eventType, in: bytes)
     }
 
@@ -169,5 +173,14 @@ struct BenchTarget: Sendable {
             return probe
         }
         return nil
+    }
+}
+
+/// A failure to report on stderr with a non-zero exit.
+struct BenchFailure: Error, CustomStringConvertible {
+    let description: String
+
+    init(_ description: String) {
+        self.description = description
     }
 }

@@ -54,7 +54,7 @@ final class SubscriberFleet: Sendable {
     /// - Parameter threads: event loops receiving for the subscribers (see `defaultThreads`).
     init(target: BenchTarget, threads: Int = SubscriberFleet.defaultThreads) {
         self.target = target
-        // Never shut down: the bench exits with its sockets open (see `BenchCommand.run`).
+        // Never shut down: the bench exits with its sockets open (see `FanoutBench.run`).
         let group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, threads))
         self.group = group
         self.shards = group.makeIterator().map(Shard.init(loop:))
@@ -128,7 +128,7 @@ final class SubscriberFleet: Sendable {
     ) throws -> EventLoopFuture<Bool> {
         let peer = target.peer
         guard let shard = shards.first(where: { $0.loop === channel.eventLoop }) else {
-            throw ClientFailure("bench: a channel on an event loop outside the fleet's group")
+            throw BenchFailure("a channel on an event loop outside the fleet's group")
         }
         let upgrader = NIOTypedWebSocketClientUpgrader<Bool>(maxFrameSize: Self.maxFrameSize) { channel, _ in
             channel.eventLoop.makeCompletedFuture {
@@ -190,10 +190,10 @@ private struct Endpoint: Sendable {
     init(_ target: BenchTarget) throws {
         let url = target.subscribeURL
         guard let components = URLComponents(string: url), let host = components.host, !host.isEmpty else {
-            throw ClientFailure("bench: bad subscribe URL \(url)")
+            throw BenchFailure("bad subscribe URL \(url)")
         }
         guard components.scheme == "ws" else {
-            throw ClientFailure("bench: subscribers speak plain ws:// only (got \(url))")
+            throw BenchFailure("subscribers speak plain ws:// only (got \(url))")
         }
         self.host = host
         port = components.port ?? 80
@@ -228,14 +228,14 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
     /// Subscribed: for fanout, once the subscribe message has gone; for nchan, once upgraded.
     private(set) var isReady = false
 
-    private let peer: BenchCommand.Peer
+    private let peer: FanoutBench.Peer
     /// Reports the connection's outcome to the fleet (only the first call counts).
     private let settle: @Sendable (_ ready: Bool) -> Void
     private var heartbeats: RepeatedTask?
     private var fragments = Fragments.none
     private var closeSent = false
 
-    init(peer: BenchCommand.Peer, settle: @escaping @Sendable (_ ready: Bool) -> Void) {
+    init(peer: FanoutBench.Peer, settle: @escaping @Sendable (_ ready: Bool) -> Void) {
         self.peer = peer
         self.settle = settle
     }
@@ -308,13 +308,13 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
     private func answerWelcome(_ payload: ByteBuffer, context: ChannelHandlerContext) {
         guard let message = try? FanoutJSON.decoder().decode(ServerMessage.self, from: Data(payload.readableBytesView)),
               case .welcome(let welcome) = message,
-              let subscribe = try? SubscriberHandshake.text(of: .subscribe(carts: nil, since: welcome.latestSeq)),
-              let heartbeat = try? SubscriberHandshake.text(of: .heartbeat) else {
+              let subscribe = try? ClientMessage.subscribe(carts: nil, since: welcome.latestSeq).jsonText(),
+              let heartbeat = try? ClientMessage.heartbeat.jsonText() else {
             context.close(promise: nil)
             return
         }
         context.writeAndFlush(wrapOutboundOut(Self.frame(.text, ByteBuffer(string: subscribe))), promise: nil)
-        let interval = TimeAmount(SubscriberHandshake.heartbeatInterval(for: welcome))
+        let interval = TimeAmount(welcome.clientHeartbeatInterval)
         let heartbeatPayload = ByteBuffer(string: heartbeat)
         let channel = context.channel
         heartbeats = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in

@@ -1,0 +1,44 @@
+import FanoutTestSupport
+import Foundation
+import Testing
+
+/// `fanout-client cart …` against the real server: what a user reads in the terminal.
+@Suite("Cart commands", .timeLimit(.minutes(2)))
+struct CartCommandTests {
+    /// Runs `fanout-client` to its end: exit status, stdout, stderr.
+    static func client(_ arguments: [String]) async throws -> (status: Int32, output: String, error: String) {
+        let outcome = try await runToExit("fanout-client", arguments)
+        #expect(!outcome.timedOut, "fanout-client \(arguments.joined(separator: " ")) did not exit")
+        return (outcome.status, outcome.standardOutput, outcome.standardError)
+    }
+
+    @Test func cartCommandsPrintTheServersTypedAnswers() async throws {
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database, "--token", "t0k"])
+        defer { server.signal(SIGTERM) }
+        let connection = ["--url", "http://127.0.0.1:\(server.port)", "--token", "t0k"]
+
+        let add = try await Self.client(["cart", "add", "alice", "apple", "--quantity", "2", "--price", "50", "--name", "Green apple"] + connection)
+        #expect(add.status == 0, "stderr: \(add.error)")
+        #expect(add.output == """
+            alice  v1  2 items  1.00  (seq 1)
+              2 × apple Green apple @ 0.50 = 1.00
+            event seq 1, delivered to 0 subscribers
+
+            """)
+        let set = try await Self.client(["cart", "set", "alice", "apple", "5"] + connection)
+        #expect(set.output.hasPrefix("alice  v2  5 items  2.50  (seq 2)\n"), "\(set.output)")
+        let list = try await Self.client(["cart", "list"] + connection)
+        #expect(list.output == "alice  v2  5 items  2.50\n")
+        let show = try await Self.client(["cart", "show", "alice"] + connection)
+        #expect(show.output == "alice  v2  5 items  2.50  (seq 2)\n  5 × apple Green apple @ 0.50 = 2.50\n")
+
+        let missing = try await Self.client(["cart", "show", "ghost"] + connection)
+        #expect(missing.status == 1)
+        #expect(missing.error.contains("server refused (404 cart_not_found): no cart ghost"), "stderr: \(missing.error)")
+        let unauthorized = try await Self.client(["cart", "clear", "alice", "--url", "http://127.0.0.1:\(server.port)"])
+        #expect(unauthorized.status == 1)
+        #expect(unauthorized.error.contains("401 unauthorized"), "stderr: \(unauthorized.error)")
+    }
+}

@@ -1,0 +1,30 @@
+import FanoutTestSupport
+import Foundation
+import Testing
+
+/// Ctrl-C and SIGTERM end a subscribed `fanout-client` with status 0. `./scripts/test` runs this
+/// against the release build too, where an optimised build once released the signal sources at
+/// once and left both signals ignored.
+@Suite("Client signals", .serialized, .timeLimit(.minutes(2)))
+struct ClientSignalTests {
+    @Test(arguments: [SIGINT, SIGTERM])
+    func aSubscribedClientExitsZeroOnSignal(_ signal: Int32) async throws {
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        defer { server.signal(SIGTERM) }
+        let client = try SubscribeProcess(port: server.port)
+        await eventually("the snapshot") { client.output.first?.type == "snapshot" }
+        client.signal(signal)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while client.process.isRunning, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        guard !client.process.isRunning else {
+            Issue.record("fanout-client ignored signal \(signal): still running 10 s later")
+            return
+        }
+        #expect(client.process.terminationReason == .exit, "killed by the signal instead of exiting")
+        #expect(client.process.terminationStatus == 0)
+    }
+}
