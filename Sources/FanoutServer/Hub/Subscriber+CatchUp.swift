@@ -43,8 +43,10 @@ extension Subscriber {
             } else {
                 cursor = try await sendSnapshot(.initial, plan)
             }
-            while try await !loop.submit({ try self.goLiveIfCovered(after: cursor) }).get() {
-                cursor = try await sendPage(after: cursor, plan)
+            while true {
+                let reached = cursor
+                if try await loop.submit({ try self.goLiveIfCovered(after: reached) }).get() { break }
+                cursor = try await sendPage(after: reached, plan)
             }
         } catch is SubscriberEnded {
             // Ended meanwhile (closed, expired, shut down): nothing more to send.
