@@ -57,8 +57,11 @@ func buildApplication(
     MetricsController(metrics: metrics).addRoutes(to: router)
     OpenAPIController().addRoutes(to: router)
     // Last, so it wraps only the not-found answer: 405 and `Allow` for a known path.
+    // `/subscribe` is answered below the router, as a WebSocket or an event stream; a plain GET
+    // that reaches the router asked for neither.
+    router.get(RouterPath(SubscribeEndpoint.path)) { _, _ -> Response in throw SubscribeEndpoint.notAcceptable }
     router.add(middleware: MethodNotAllowedMiddleware(
-        routes: router.routes.map { ($0.path, $0.method) } + [(RouterPath(SubscribeEndpoint.path), .get)]))
+        routes: router.routes.map { ($0.path, $0.method) }))
 
     let subscribe = SubscribeEndpoint(hub: hub, configuration: configuration, hosts: hosts, access: access)
     let application = Application(

@@ -19,7 +19,12 @@ struct ContractTests {
     /// ignore what the document says of the token.)
     @Test func theServerMatchesItsOpenAPIDocument() async throws {
         let token = "contract-\(UUID().uuidString)"
-        try await Schemathesis.check(serverArguments: ["--token", token], schemathesisArguments: ["--header", "Authorization: Bearer \(token)"])
+        try await Schemathesis.check(serverArguments: ["--token", token], schemathesisArguments: [
+            "--header", "Authorization: Bearer \(token)",
+            // A stream or an upgrade, not a request with an answer: EventStreamTests and
+            // RawWebSocketTests check what it answers.
+            "--exclude-operation-id", "subscribe",
+        ])
     }
 }
 

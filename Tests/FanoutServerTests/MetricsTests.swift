@@ -73,7 +73,7 @@ struct MetricsTests {
                 try await Self.sample("fanout_subscribers", websocket.merging(["state": state]) { $1 }, in: client)
             }
             #expect(try await subscribers("live") == 0)
-            #expect(try await Self.sample("fanout_subscriber_ends_total", ["reason": "leaseExpired"], in: client) == 0)
+            #expect(try await Self.sample("fanout_subscriber_ends_total", websocket.merging(["reason": "leaseExpired"]) { $1 }, in: client) == 0)
 
             let silent = TestSubscriber(port: port)
             await eventually("connected") { (try? await subscribers("connected")) == 1 }
@@ -91,7 +91,7 @@ struct MetricsTests {
                 (try? await Self.sample("fanout_subscriber_ends_total", websocket.merging(["reason": "leaseExpired"]) { $1 }, in: client)) == 1
             }
             #expect(try await subscribers("live") == 0)
-            #expect(try await Self.sample("fanout_subscriber_ends_total", ["reason": "peerClosed"], in: client) == 0)
+            #expect(try await Self.sample("fanout_subscriber_ends_total", websocket.merging(["reason": "peerClosed"]) { $1 }, in: client) == 0)
         }
     }
 

@@ -19,10 +19,13 @@ final class StalledClient: @unchecked Sendable {
         try await blocking { try StalledClient(port: port) }
     }
 
-    /// Runs `work` on a dispatch thread and waits for it without holding a pool thread.
+    /// Runs `work` on a thread of its own and waits for it without holding a thread of the
+    /// concurrency pool. Not on `DispatchQueue.global()`: on Linux its threads are as few as the
+    /// cores, and the pool itself runs on them, so a blocked call there stalls the in-process
+    /// servers of every test (a long-poll held one for seconds, and leases lapsed).
     static func blocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+            Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
         }
     }
 

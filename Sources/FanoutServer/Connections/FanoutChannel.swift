@@ -9,8 +9,9 @@ import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
 import NIOWebSocket
 
-/// The server's connections: HTTP/1 through Hummingbird's router, and `/subscribe` upgraded to
-/// a WebSocket that the event loop drives (`WebSocketTransport`), with no task per connection.
+/// The server's connections: HTTP/1 through Hummingbird's router, and `/subscribe` as a
+/// WebSocket (`WebSocketTransport`) or an event stream (`ServerSentEventsTransport`) that the
+/// event loop drives, with no task per connection.
 ///
 /// Modelled on HummingbirdWebSocket's `HTTP1WebSocketUpgradeChannel`, whose `handle` runs the
 /// WebSocket handler in the connection's task for the connection's lifetime. Here the upgrade
@@ -25,7 +26,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         case http(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
         /// An upgrade the checks refused: answered with the error, then closed.
         case refusedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, APIError)
-        /// A subscriber: its `WebSocketTransport` has the connection.
+        /// A subscriber: its transport has the connection.
         case subscriber
     }
 
@@ -95,6 +96,16 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                 notUpgradingCompletionHandler: { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let operations = channel.pipeline.syncOperations
+                        if refusal.value == nil, let head = requestGuard.value.firstRequest, ServerSentEvents.isStreamRequest(head) {
+                            do {
+                                try Self.startEventStream(head, on: channel, subscribe: subscribe, requestGuard: requestGuard.value, logger: logger)
+                                return .subscriber
+                            } catch let error as APIError {
+                                refusal.value = error
+                            } catch {
+                                refusal.value = .malformed("not a valid event stream request")
+                            }
+                        }
                         try operations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
                         try operations.addHandlers(http1.additionalChannelHandlers())
                         try operations.addHandler(HTTPConnectionStateHandler(idleTimeout: http1.idleTimeout.map { .init($0) }, logger: logger))
@@ -125,6 +136,23 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             negotiated.whenComplete { _ in deadline.cancel() }
             return Value(negotiated: negotiated, channel: channel)
         }
+    }
+
+    /// Admits a request for an event stream and hands the connection to its transport, without
+    /// the HTTP handlers (it writes its own response head, and reads nothing more); throws the
+    /// `APIError` to answer instead.
+    private static func startEventStream(
+        _ head: HTTPRequestHead, on channel: any Channel, subscribe: SubscribeEndpoint, requestGuard: RequestGuard, logger: Logger
+    ) throws {
+        let request = Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
+        try subscribe.admit(request)
+        let subscription = try ServerSentEvents.subscription(of: request, endpoint: subscribe)
+        let origin = request.headers[.origin].flatMap { subscribe.access.allowedOrigins.contains($0) ? $0 : nil }
+        let operations = channel.pipeline.syncOperations
+        operations.removeHandler(requestGuard, promise: nil)
+        try operations.removeHandler(context: operations.context(handlerType: ByteToMessageHandler<HTTPRequestDecoder>.self), promise: nil)
+        try operations.removeHandler(context: operations.context(handlerType: HTTPResponseEncoder.self), promise: nil)
+        try operations.addHandler(ServerSentEventsTransport(endpoint: subscribe, subscription: subscription, allowedOrigin: origin, logger: logger))
     }
 
     /// Serves HTTP for the connection's lifetime; for a subscriber, returns once upgraded.
@@ -173,13 +201,16 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         }
     }
 
-    /// NIO upgrades only a connection's first request. A later one asking for a WebSocket is
-    /// redirected to the same URL with the connection closed, so that the client retries on a
-    /// new connection (as `HTTP1WebSocketUpgradeChannel` does).
+    /// NIO upgrades only a connection's first request, and only a first request becomes an
+    /// event stream. A later one asking for a WebSocket or a stream is redirected to the same
+    /// URL with the connection closed, so that the client retries on a new connection (as
+    /// `HTTP1WebSocketUpgradeChannel` does; an `EventSource` follows redirects too).
     static func redirectingUpgrades(_ responder: @escaping HTTPChannelHandler.Responder) -> HTTPChannelHandler.Responder {
         struct RedirectedUpgrade: Error {}
         return { request, responseWriter, channel in
-            guard request.headers[.upgrade]?.lowercased() == "websocket" else {
+            let wantsStream = request.uri.path == SubscribeEndpoint.path
+                && request.headers[values: .accept].contains { $0.lowercased().hasPrefix("text/event-stream") }
+            guard request.headers[.upgrade]?.lowercased() == "websocket" || wantsStream else {
                 return try await responder(request, responseWriter, channel)
             }
             var location = request.uri.path

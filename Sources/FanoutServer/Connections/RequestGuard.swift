@@ -36,6 +36,8 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// Answered before its body was read: the rest is dropped, then the connection closes.
     private var draining = false
     private var drained = 0
+    /// The connection's first request head: `FanoutChannel` looks at it for an event stream.
+    private(set) var firstRequest: HTTPRequestHead?
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !failed else { return }
@@ -45,6 +47,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 return refuse(context: context, with: APIError(
                     .uriTooLong, code: "uri_too_long", "request targets are limited to \(Self.maxURILength) bytes"))
             }
+            if firstRequest == nil { firstRequest = head }
             readingBody = true
             closeRequested = !head.isKeepAlive
         case .body(let body):

@@ -16,21 +16,41 @@ struct EventsController: Sendable {
         router.get("stats") { _, _ in hub.stats }
     }
 
-    /// `GET /events?since=N&carts=a,b&limit=L`. When the events after `since` were pruned the
-    /// answer is 410 `history_too_old`, with the retained range: take `GET /carts` instead.
+    /// The longest a long-poll may wait, in seconds.
+    static let maxWait: Int64 = 60
+
+    /// `GET /events?since=N&carts=a,b&limit=L[&wait=S]`. When the events after `since` were
+    /// pruned the answer is 410 `history_too_old`, with the retained range: take `GET /carts`
+    /// instead. With `wait=S` (a long-poll, S ≤ 60 seconds) and nothing after `since` yet, the
+    /// request waits until an event of those carts commits or S passes (then `events` is empty).
     @Sendable func events(_ request: Request, context: FanoutRequestContext) async throws -> EventsPage {
         let query = request.uri.queryParameters
         let since = try Self.integer(query.get("since"), name: "since") ?? 0
         let limit = try Self.integer(query.get("limit"), name: "limit").map(Int.init) ?? 100
         let carts = query.get("carts").map { Set($0.split(separator: ",").map(String.init)) }
-        switch try await store.events(after: since, limit: limit, carts: carts) {
-        case .events(let events, let latest):
-            return EventsPage(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
-        case .tooOld(let oldest, let latest):
-            throw APIError(
-                .gone, code: CartStoreError.Code.historyTooOld.rawValue,
-                "events after \(since) were pruned; read GET /carts and follow from its seq",
-                details: ["oldestRetainedSeq": oldest, "latestSeq": latest])
+        let wait = try Self.integer(query.get("wait"), name: "wait") ?? 0
+        guard (0...Self.maxWait).contains(wait) else {
+            throw APIError(.unprocessableContent, code: "invalid_wait", "wait must be 0–\(Self.maxWait) seconds (got \(wait))")
+        }
+        let deadline = ContinuousClock.now + .seconds(wait)
+        while true {
+            switch try await store.events(after: since, limit: limit, carts: carts) {
+            case .events(let events, let latest):
+                if events.isEmpty, wait > 0, ContinuousClock.now < deadline {
+                    switch await hub.parkedPolls.park(after: latest, until: deadline) {
+                    case .committed: continue
+                    case .timedOut: break
+                    case .full:
+                        throw APIError(.serviceUnavailable, code: "server_full", "\(hub.parkedPolls.limit) long-polls are already waiting; retry, or subscribe")
+                    }
+                }
+                return EventsPage(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
+            case .tooOld(let oldest, let latest):
+                throw APIError(
+                    .gone, code: CartStoreError.Code.historyTooOld.rawValue,
+                    "events after \(since) were pruned; read GET /carts and follow from its seq",
+                    details: ["oldestRetainedSeq": oldest, "latestSeq": latest])
+            }
         }
     }
 

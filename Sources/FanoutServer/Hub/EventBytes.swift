@@ -21,20 +21,33 @@ struct EventBytes: Sendable {
     func framed(for framing: WireFraming) -> ByteBuffer { framed[framing.rawValue] }
 }
 
-/// How each transport wraps a server message's JSON. A new transport adds a case here and
-/// its framing: events are then framed for it once per commit, like for the others.
+/// A server message ready for framing: its JSON, and what a transport may say beside it.
+struct WireMessage: Sendable {
+    /// The message's `type` (`event`, `snapshot`, `heartbeat`, `welcome`, `error`).
+    let type: ServerMessage.Kind
+    let json: ByteBuffer
+    /// The seq a client that has this message resumes after: an event's, and a snapshot's on
+    /// its last part only (resuming after an earlier part would skip the carts of the rest).
+    /// For a heartbeat, the latest seq it announces.
+    let seq: Int64?
+}
+
+/// How each transport wraps a server message. A new transport adds a case here and its
+/// framing: events are then framed for it once per commit, like for the others.
 enum WireFraming: Int, CaseIterable, Sendable {
     case webSocket
+    case serverSentEvents
 
-    func frame(_ json: ByteBuffer) -> ByteBuffer {
+    func frame(_ message: WireMessage) -> ByteBuffer {
         switch self {
-        case .webSocket: WebSocketFrames.text(json)
+        case .webSocket: WebSocketFrames.text(message.json)
+        case .serverSentEvents: ServerSentEvents.frame(message)
         }
     }
 
-    /// `json` framed for every transport, by `rawValue`.
-    static func frameForAll(_ json: ByteBuffer) -> [ByteBuffer] {
-        allCases.map { $0.frame(json) }
+    /// `message` framed for every transport, by `rawValue`.
+    static func frameForAll(_ message: WireMessage) -> [ByteBuffer] {
+        allCases.map { $0.frame(message) }
     }
 }
 
@@ -43,9 +56,19 @@ enum ServerEncoding {
     private static let encoder = FanoutJSON.encoder()
 
     /// An event message, around the change JSON it carries from the log (no encoder involved).
-    static func event(_ event: CartEvent) -> ByteBuffer {
-        guard let json = try? EventJSON.message(event) else { return encode(.event(event)) }
-        return ByteBuffer(bytes: json)
+    static func event(_ event: CartEvent) -> WireMessage {
+        let json = (try? EventJSON.message(event)).map { ByteBuffer(bytes: $0) } ?? encode(.event(event))
+        return WireMessage(type: .event, json: json, seq: event.seq)
+    }
+
+    static func message(_ message: ServerMessage) -> WireMessage {
+        let seq: Int64? = switch message {
+        case .event(let event): event.seq
+        case .snapshot(_, let seq, _, let more): more ? nil : seq
+        case .heartbeat(let latestSeq): latestSeq
+        case .welcome, .error: nil
+        }
+        return WireMessage(type: message.kind, json: encode(message), seq: seq)
     }
 
     static func encode(_ message: ServerMessage) -> ByteBuffer {
@@ -64,9 +87,9 @@ enum SnapshotParts {
     static let maxCarts = 500
     static let maxBytes = 256 * 1024
 
-    static func encode(_ snapshot: CartSnapshot, reason: SnapshotReason) throws -> [ByteBuffer] {
+    static func encode(_ snapshot: CartSnapshot, reason: SnapshotReason) throws -> [WireMessage] {
         let encoder = FanoutJSON.encoder()
-        var parts: [ByteBuffer] = []
+        var parts: [WireMessage] = []
         var carts: [Data] = []
         var size = 0
         func finishPart(more: Bool) {
@@ -80,7 +103,7 @@ enum SnapshotParts {
             part.writeString(#"],"#)
             if more { part.writeString(#""more":true,"#) }
             part.writeString(#""reason":"\#(reason.rawValue)","seq":\#(snapshot.seq),"type":"snapshot"}"#)
-            parts.append(part)
+            parts.append(WireMessage(type: .snapshot, json: part, seq: more ? nil : snapshot.seq))
             carts.removeAll(keepingCapacity: true)
             size = 0
         }

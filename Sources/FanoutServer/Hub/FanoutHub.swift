@@ -37,6 +37,13 @@ final class FanoutHub: CartStoreObserver {
         var deliveries: Int
         /// Subscribers ended, by reason (`EndReason.name`).
         var ended: [String: Int]
+        /// The same, by transport (`websocket`, `sse`).
+        var transports: [String: TransportStats]
+    }
+
+    struct TransportStats: Codable, Sendable, Equatable {
+        var subscribers: Int
+        var ended: [String: Int]
     }
 
     /// Every subscriber from `connect` to its end, and who wants which cart.
@@ -48,6 +55,8 @@ final class FanoutHub: CartStoreObserver {
         var byCart: [String: Int] = [:]
         var live = 0
         var ended: [String: Int] = [:]
+        /// Subscribers now, and ended by reason, by `WireFraming.rawValue`.
+        var byTransport = WireFraming.allCases.map { _ in (subscribers: 0, ended: [String: Int]()) }
 
         func wanting(_ cartID: String) -> Int { forAllCarts + (byCart[cartID] ?? 0) }
 
@@ -66,6 +75,8 @@ final class FanoutHub: CartStoreObserver {
     let store: CartStore
     let settings: Settings
     let ring: LiveRing
+    /// `GET /events?wait=S` requests waiting for a commit.
+    let parkedPolls: ParkedPolls
     let logger: Logger
     let metrics: HubMetrics
     private let registry = NIOLockedValueBox(Registry())
@@ -86,6 +97,7 @@ final class FanoutHub: CartStoreObserver {
         self.settings = settings
         self.metrics = metrics
         self.ring = LiveRing(capacity: settings.ringCapacity, latestSeq: latestSeq)
+        self.parkedPolls = ParkedPolls(limit: settings.maxSubscribers, latestSeq: latestSeq)
         self.latest = Synchronization.Atomic(latestSeq)
         self.logger = logger
     }
@@ -97,6 +109,7 @@ final class FanoutHub: CartStoreObserver {
         ring.append(EventBytes(event))
         latest.store(event.seq, ordering: .releasing)
         for loop in loops.withLockedValue({ $0 }) { loop.poke() }
+        parkedPolls.committed(seq: event.seq)
         let delivered = registry.withLockedValue { $0.wanting(event.cartID) }
         fannedOut.add(1, ordering: .relaxed)
         deliveries.add(delivered, ordering: .relaxed)
@@ -125,6 +138,7 @@ final class FanoutHub: CartStoreObserver {
             guard !registry.shuttingDown else { return .shuttingDown }
             guard registry.subscribers.count < settings.maxSubscribers else { return .serverFull }
             registry.subscribers[ObjectIdentifier(subscriber)] = subscriber
+            registry.byTransport[subscriber.framing.rawValue].subscribers += 1
             return nil
         }
         if let refusal {
@@ -149,7 +163,10 @@ final class FanoutHub: CartStoreObserver {
     /// Called by `Subscriber.end` only: forgets it everywhere and counts why it ended.
     func forget(_ subscriber: Subscriber, wasIn phase: Subscriber.Phase, because reason: EndReason) {
         registry.withLockedValue { registry in
-            registry.subscribers[ObjectIdentifier(subscriber)] = nil
+            if registry.subscribers.removeValue(forKey: ObjectIdentifier(subscriber)) != nil {
+                registry.byTransport[subscriber.framing.rawValue].subscribers -= 1
+            }
+            registry.byTransport[subscriber.framing.rawValue].ended[reason.name, default: 0] += 1
             if phase == .catchingUp || phase == .live { registry.count(subscriber.carts, by: -1) }
             if phase == .live { registry.live -= 1 }
             registry.ended[reason.name, default: 0] += 1
@@ -165,6 +182,7 @@ final class FanoutHub: CartStoreObserver {
 
     /// Refuses new subscribers and ends the current ones as shutting down.
     func shutDown() {
+        parkedPolls.shutDown()
         let subscribers = registry.withLockedValue { registry in
             registry.shuttingDown = true
             return Array(registry.subscribers.values)
@@ -189,7 +207,7 @@ final class FanoutHub: CartStoreObserver {
     /// Sends every live subscriber that has everything a heartbeat saying so (encoded once).
     func heartbeat() {
         let latestSeq = self.latestSeq
-        let frames = WireFraming.frameForAll(ServerEncoding.encode(.heartbeat(latestSeq: latestSeq)))
+        let frames = WireFraming.frameForAll(ServerEncoding.message(.heartbeat(latestSeq: latestSeq)))
         for fanout in loops.withLockedValue({ $0 }) {
             fanout.loop.execute { fanout.heartbeat(latestSeq: latestSeq, frames: frames) }
         }
@@ -214,9 +232,13 @@ final class FanoutHub: CartStoreObserver {
     }
 
     var stats: Stats {
-        let (subscribers, live, ended) = registry.withLockedValue { ($0.subscribers.count, $0.live, $0.ended) }
-        var allEnded = Dictionary(uniqueKeysWithValues: EndReason.names.map { ($0, 0) })
-        allEnded.merge(ended) { $1 }
+        let (subscribers, live, ended, byTransport) = registry.withLockedValue {
+            ($0.subscribers.count, $0.live, $0.ended, $0.byTransport)
+        }
+        func everyReason(_ counts: [String: Int]) -> [String: Int] {
+            Dictionary(uniqueKeysWithValues: EndReason.names.map { ($0, counts[$0] ?? 0) })
+        }
+        let allEnded = everyReason(ended)
         return Stats(
             subscribers: subscribers,
             liveSubscribers: live,
@@ -225,7 +247,11 @@ final class FanoutHub: CartStoreObserver {
             latestSeq: latestSeq,
             eventsFannedOut: fannedOut.load(ordering: .relaxed),
             deliveries: deliveries.load(ordering: .relaxed),
-            ended: allEnded)
+            ended: allEnded,
+            transports: Dictionary(uniqueKeysWithValues: WireFraming.allCases.map { framing in
+                let counts = byTransport[framing.rawValue]
+                return (framing.metricLabel, TransportStats(subscribers: counts.subscribers, ended: everyReason(counts.ended)))
+            }))
     }
 }
 

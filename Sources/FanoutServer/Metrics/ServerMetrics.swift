@@ -129,10 +129,11 @@ struct HubMetrics: Sendable {
 }
 
 extension WireFraming {
-    /// The `transport` label of the subscriber metrics.
+    /// The `transport` label of the subscriber metrics, and its name in `/stats`.
     var metricLabel: String {
         switch self {
         case .webSocket: "websocket"
+        case .serverSentEvents: "sse"
         }
     }
 }

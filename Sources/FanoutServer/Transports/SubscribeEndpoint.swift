@@ -7,6 +7,11 @@ import Hummingbird
 struct SubscribeEndpoint: Sendable {
     static let path = "/subscribe"
 
+    /// The answer to a GET of `/subscribe` that asks for no transport the server speaks.
+    static let notAcceptable = APIError(
+        .notAcceptable, code: "not_acceptable",
+        "subscribe with a WebSocket upgrade, or with Accept: text/event-stream for Server-Sent Events")
+
     let hub: FanoutHub
     let configuration: ServerConfiguration
     let hosts: HostPolicy

@@ -1,0 +1,105 @@
+import NIOConcurrencyHelpers
+
+/// Long-poll requests (`GET /events?since=N&wait=S`) waiting for an event after their `since`.
+///
+/// Bounded: at most `limit` wait at once; past that `park` refuses at once (the request is
+/// answered 503 `server_full`) rather than holding more. Each commit wakes the ones it is
+/// after, which then read the log themselves: nothing is buffered here but their wake-ups.
+final class ParkedPolls: Sendable {
+    enum Outcome: Equatable {
+        /// An event after `since` committed (or had already).
+        case committed
+        case timedOut
+        /// `limit` requests were already waiting.
+        case full
+    }
+
+    private struct Waiter {
+        let after: Int64
+        let continuation: CheckedContinuation<Void, Never>
+    }
+
+    private struct State {
+        var latestSeq: Int64
+        var waiters: [Int: Waiter] = [:]
+        var nextID = 0
+        var shuttingDown = false
+    }
+
+    let limit: Int
+    private let state: NIOLockedValueBox<State>
+
+    init(limit: Int, latestSeq: Int64) {
+        self.limit = limit
+        state = NIOLockedValueBox(State(latestSeq: latestSeq))
+    }
+
+    /// How many are waiting now.
+    var count: Int { state.withLockedValue { $0.waiters.count } }
+
+    /// Waits until an event after `since` commits, or until `deadline`.
+    func park(after since: Int64, until deadline: ContinuousClock.Instant) async -> Outcome {
+        let id: Int? = state.withLockedValue { state in
+            guard state.latestSeq <= since, !state.shuttingDown else { return nil }
+            state.nextID += 1
+            return state.nextID
+        }
+        guard let id else { return .committed }  // or shutting down: answer now, with what there is
+        return await withTaskGroup(of: Outcome.self) { group in
+            group.addTask { await self.wait(id: id, after: since) }
+            group.addTask {
+                try? await Task.sleep(until: deadline, clock: .continuous)
+                return .timedOut
+            }
+            let first = await group.next() ?? .timedOut
+            group.cancelAll()
+            return first
+        }
+    }
+
+    /// On each commit: wakes every request waiting for an event up to `seq`.
+    func committed(seq: Int64) {
+        let woken: [Waiter] = state.withLockedValue { state in
+            state.latestSeq = seq
+            guard !state.waiters.isEmpty else { return [] }
+            let due = state.waiters.filter { $0.value.after < seq }
+            for id in due.keys { state.waiters[id] = nil }
+            return Array(due.values)
+        }
+        for waiter in woken { waiter.continuation.resume() }
+    }
+
+    /// The server is shutting down: every waiting request is answered now (with what there is),
+    /// and later ones do not wait.
+    func shutDown() {
+        let woken: [Waiter] = state.withLockedValue { state in
+            state.shuttingDown = true
+            defer { state.waiters.removeAll() }
+            return Array(state.waiters.values)
+        }
+        for waiter in woken { waiter.continuation.resume() }
+    }
+
+    private func wait(id: Int, after since: Int64) async -> Outcome {
+        let full = NIOLockedValueBox(false)
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow: Bool = state.withLockedValue { state in
+                    if Task.isCancelled || state.latestSeq > since || state.shuttingDown { return true }
+                    if state.waiters.count >= limit {
+                        full.withLockedValue { $0 = true }
+                        return true
+                    }
+                    state.waiters[id] = Waiter(after: since, continuation: continuation)
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLockedValue { $0.waiters.removeValue(forKey: id) }
+            waiter?.continuation.resume()
+        }
+        if full.withLockedValue({ $0 }) { return .full }
+        return state.withLockedValue { $0.latestSeq > since } ? .committed : .timedOut
+    }
+}

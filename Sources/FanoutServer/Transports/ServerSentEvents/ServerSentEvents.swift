@@ -1,0 +1,76 @@
+import FanoutProtocol
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import NIOHTTP1
+
+/// Server-Sent Events (the `text/event-stream` of the HTML standard) at `/subscribe`: what a
+/// request for a stream asks for, and how a server message is framed as an event.
+///
+/// Each message is one event: `id:` the seq a client resumes after (an event's, a snapshot's
+/// on its last part), `event:` the message's `type` (but `server-error` for an error: an
+/// `EventSource` keeps `error` for its own connection errors), and `data:` the same JSON as the
+/// WebSocket's. A browser's `EventSource` sends the last `id:` back as `Last-Event-ID` when it
+/// reconnects: the server's `since`. Heartbeats are comments, which `EventSource` ignores but
+/// which keep proxies from timing the stream out.
+enum ServerSentEvents {
+    /// How long a browser waits before reconnecting, in milliseconds (the stream's `retry:`).
+    static let reconnectDelayMilliseconds = 1_000
+
+    static func frame(_ message: WireMessage) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(message.json.readableBytes + 48)
+        if message.type == .heartbeat {
+            buffer.writeString(": heartbeat \(message.seq ?? 0)\n\n")
+            return buffer
+        }
+        if let seq = message.seq { buffer.writeString("id: \(seq)\n") }
+        buffer.writeString("event: \(eventName(message.type))\ndata: ")
+        // The JSON is on one line: the encoder escapes every newline inside strings.
+        buffer.writeImmutableBuffer(message.json)
+        buffer.writeString("\n\n")
+        return buffer
+    }
+
+    static func eventName(_ type: ServerMessage.Kind) -> String {
+        type == .error ? "server-error" : type.rawValue
+    }
+
+    /// Whether a request that is not a WebSocket upgrade asks `/subscribe` for an event stream.
+    static func isStreamRequest(_ head: HTTPRequestHead) -> Bool {
+        guard head.uri.split(separator: "?", maxSplits: 1).first == Substring(SubscribeEndpoint.path) else { return false }
+        return head.headers[canonicalForm: "accept"].contains { $0.lowercased().hasPrefix("text/event-stream") }
+    }
+
+    /// What a stream request subscribes to: `carts=a,b` (absent: all), and where it resumes:
+    /// `Last-Event-ID`, which a browser sends on its own reconnects, else `since=N`.
+    struct Subscription: Sendable {
+        var carts: [String]?
+        var since: Int64?
+    }
+
+    /// The subscription a request asks for; throws the 400 to answer for bad values.
+    static func subscription(of request: Request, endpoint: SubscribeEndpoint) throws -> Subscription {
+        let query = request.uri.queryParameters
+        let carts = query.get("carts").map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) }
+        let resumeAfter = request.headers[.lastEventID].map { ($0, "Last-Event-ID") } ?? query.get("since").map { ($0, "since") }
+        var since: Int64?
+        if let (text, name) = resumeAfter {
+            guard let value = Int64(text.trimmingCharacters(in: .whitespaces)) else {
+                throw APIError(.badRequest, code: "invalid_since", "\(name) must be a whole number (got \(text.prefix(40)))")
+            }
+            since = value
+        }
+        // An empty list (`carts=`) is refused like the WebSocket's `"carts":[]`.
+        let subscription = Subscription(carts: carts.map { $0 == [""] ? [] : $0 }, since: since)
+        if let problem = endpoint.validate(carts: subscription.carts, since: subscription.since) {
+            throw APIError(.badRequest, code: problem.code, problem.message)
+        }
+        return subscription
+    }
+}
+
+extension HTTPField.Name {
+    static let lastEventID = Self("Last-Event-ID")!
+}

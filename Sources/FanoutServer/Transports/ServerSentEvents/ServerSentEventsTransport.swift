@@ -1,0 +1,158 @@
+import Logging
+import NIOCore
+
+/// A `/subscribe` event stream (`Accept: text/event-stream`): the transport of one
+/// `Subscriber`, driven by its event loop with no task per connection, like the WebSocket's.
+///
+/// `FanoutChannel` hands it the connection once the request is admitted, with the HTTP
+/// handlers taken out: it writes the response head itself, then the events, framed by
+/// `ServerSentEvents` (shared with every other stream), until the subscriber ends. The body
+/// ends with the connection (`Connection: close`), so the bytes of an event are the same for
+/// every stream, with no chunk framing around them.
+///
+/// The client never speaks again, so its lease is renewed by the stream draining: whenever the
+/// connection takes more bytes (its unsent bytes are under the high-water mark) after a write.
+/// A stream whose client stopped reading stays full, and ends at the lease's end
+/// (`leaseExpired`), or sooner if it falls out of the live ring (`tooSlow`). Either way the
+/// browser reconnects by itself with `Last-Event-ID` and gets the rest from the log.
+final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTransport {
+    /// Whatever arrives after the request (nothing, from a browser) is dropped unread.
+    typealias InboundIn = Never
+
+    private let endpoint: SubscribeEndpoint
+    private let subscription: ServerSentEvents.Subscription
+    /// The browser origin to name in `Access-Control-Allow-Origin`, when it is an allowed one.
+    private let allowedOrigin: String?
+    private let logger: Logger
+    private var subscriber: Subscriber?
+    private var channel: (any Channel)?
+    private var closed = false
+
+    init(endpoint: SubscribeEndpoint, subscription: ServerSentEvents.Subscription, allowedOrigin: String?, logger: Logger) {
+        self.endpoint = endpoint
+        self.subscription = subscription
+        self.allowedOrigin = allowedOrigin
+        self.logger = logger
+    }
+
+    private var hub: FanoutHub { endpoint.hub }
+
+    // MARK: SubscriberTransport
+
+    var framing: WireFraming { .serverSentEvents }
+
+    var isWritable: Bool { channel?.isWritable ?? false }
+
+    func write(_ framed: ByteBuffer) {
+        guard !closed else { return }
+        channel?.write(framed, promise: nil)
+    }
+
+    func flush() {
+        channel?.flush()
+        renewLeaseIfDrained()
+    }
+
+    func writeAndFlush(_ framed: ByteBuffer) -> EventLoopFuture<Void> {
+        guard let channel else { preconditionFailure("written to before it was added") }
+        guard !closed else { return channel.eventLoop.makeFailedFuture(ChannelError.outputClosed) }
+        let written = channel.writeAndFlush(framed)
+        written.whenSuccess { self.renewLeaseIfDrained() }
+        return written
+    }
+
+    func close(for reason: EndReason) {
+        guard !closed, let channel else { return }
+        let error: (code: String, message: String)? = switch reason {
+        case .peerClosed: nil
+        case .leaseExpired: ("lease_expired", "the stream did not drain for the lease: reconnect and resume with Last-Event-ID")
+        case .tooSlow: ("too_slow", "too slow: reconnect and resume with Last-Event-ID")
+        case .serverFull: ("server_full", "the server has its maximum of \(endpoint.configuration.maxSubscribers) subscribers")
+        case .shuttingDown: ("shutting_down", "the server is shutting down")
+        case .failed: ("internal_error", "the server could not read the event log: reconnect and resume with Last-Event-ID")
+        case .violation: nil  // a stream's client sends nothing to break the rules with
+        }
+        if let error {
+            channel.write(ServerSentEvents.frame(ServerEncoding.message(.error(code: error.code, message: error.message))), promise: nil)
+        }
+        closed = true
+        channel.writeAndFlush(ByteBuffer()).whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    // MARK: Events
+
+    /// Added once the request is admitted, on an active channel: answers it, registers the
+    /// subscriber, welcomes it and subscribes it.
+    func handlerAdded(context: ChannelHandlerContext) {
+        let channel = context.channel
+        self.channel = channel
+        guard channel.isActive else { return }
+        hub.connectionOpened()
+        try? channel.syncOptions?.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: 16 * 1024, high: 64 * 1024))
+        channel.write(responseHead(), promise: nil)
+        let subscriber = Subscriber(loop: context.eventLoop, hub: hub, transport: self)
+        self.subscriber = subscriber
+        guard hub.connect(subscriber) else { return }
+        let configuration = endpoint.configuration
+        write(WireFraming.serverSentEvents.frame(ServerEncoding.message(.welcome(.init(
+            subscriberID: subscriber.id,
+            heartbeatInterval: configuration.heartbeatInterval.seconds,
+            leaseTTL: configuration.leaseTTL.seconds,
+            latestSeq: hub.latestSeq)))))
+        flush()
+        subscriber.subscribe(carts: subscription.carts.map(Set.init), since: subscription.since)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            renewLeaseIfDrained()
+            if subscriber?.phase == .live { hub.fanout(for: context.eventLoop).drained() }
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent {
+            subscriber?.end(.shuttingDown)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        logger.debug("event stream connection error", metadata: ["fanout.error": "\(error)"])
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        closed = true
+        if let subscriber {
+            subscriber.end(.peerClosed)
+            hub.connectionClosed()
+        }
+        context.fireChannelInactive()
+    }
+
+    // MARK: Writing
+
+    private func renewLeaseIfDrained() {
+        if channel?.isWritable == true { subscriber?.heard() }
+    }
+
+    /// The response head, and the stream's first line: how soon a browser reconnects.
+    private func responseHead() -> ByteBuffer {
+        var head = "HTTP/1.1 200 OK\r\n"
+        head += "Content-Type: text/event-stream; charset=utf-8\r\n"
+        head += "Cache-Control: no-store\r\n"
+        head += "Connection: close\r\n"
+        // Tells a buffering reverse proxy (nginx) to pass events on as they come.
+        head += "X-Accel-Buffering: no\r\n"
+        if let allowedOrigin {
+            head += "Access-Control-Allow-Origin: \(allowedOrigin)\r\nVary: Origin\r\n"
+        }
+        head += "\r\nretry: \(ServerSentEvents.reconnectDelayMilliseconds)\n\n"
+        return ByteBuffer(string: head)
+    }
+}

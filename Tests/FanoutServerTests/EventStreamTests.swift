@@ -1,0 +1,215 @@
+import CartStore
+import FanoutTestSupport
+import Foundation
+import Testing
+@testable import FanoutServer
+
+/// `/subscribe` as a Server-Sent Events stream, against the real server: what an `EventSource`
+/// and `curl -N` see.
+@Suite("Event streams (SSE)", .timeLimit(.minutes(2)))
+struct EventStreamTests {
+    @Test func aStreamSendsTheSnapshotThenEventsAndResumesWithLastEventID() async throws {
+        let store = try CartStore.inMemory()
+        try await store.addItem(cartID: "a", sku: "x", quantity: 1, unitPriceCents: 5)
+        try await withServer(store: store) { port, _ in
+            let first = try await EventStreamClient(port: port)
+            await eventually("the snapshot") { !first.snapshots.isEmpty }
+            #expect(first.status == 200)
+            #expect(first.head?.lowercased().contains("content-type: text/event-stream") == true)
+            #expect(first.retry == ServerSentEvents.reconnectDelayMilliseconds)
+            #expect(first.events.first?.name == "welcome")
+            #expect(first.snapshots.first?.id == 1, "a snapshot's id is its seq: resuming after it misses nothing")
+            for sku in ["y", "z"] {
+                try await store.addItem(cartID: "a", sku: sku, quantity: 1, unitPriceCents: 5)
+            }
+            await eventually("two events") { first.cartEvents.count == 2 }
+            #expect(first.cartEvents.map(\.id) == [2, 3])
+            #expect(first.cartEvents.map(\.seq) == [2, 3], "the id is the event's seq")
+            let resumeAfter = try #require(first.lastEventID)
+            await first.close()
+
+            try await store.addItem(cartID: "a", sku: "w", quantity: 1, unitPriceCents: 5)
+            try await store.addItem(cartID: "b", sku: "w", quantity: 1, unitPriceCents: 5)
+            // As EventSource reconnects: Last-Event-ID wins over since.
+            let second = try await EventStreamClient(port: port, path: "/subscribe?since=0", headers: [("Last-Event-ID", "\(resumeAfter)")])
+            await eventually("the missed events") { second.cartEvents.count == 2 }
+            #expect(second.snapshots.isEmpty)
+            #expect(second.cartEvents.map(\.id) == [4, 5])
+            try await store.addItem(cartID: "a", sku: "v", quantity: 1, unitPriceCents: 5)
+            await eventually("the live one") { second.cartEvents.count == 3 }
+            #expect(second.cartEvents.map(\.id) == [4, 5, 6])
+            await second.close()
+        }
+    }
+
+    /// The ordering promise across the log/live boundary, with writers going on meanwhile.
+    @Test func resumingUnderConcurrentWritersMissesNothingAndRepeatsNothing() async throws {
+        let store = try CartStore.inMemory()
+        try await writeConcurrently(to: store, writers: 2, perWriter: 50)
+        try await withServer(store: store) { port, _ in
+            async let writes: Void = writeConcurrently(to: store, writers: 4, perWriter: 50)
+            let all = try await EventStreamClient(port: port, path: "/subscribe?since=30")
+            let onlyW1 = try await EventStreamClient(port: port, path: "/subscribe?since=30&carts=w1")
+            try await writes
+            await eventually("every event after 30") { all.cartEvents.count >= 270 }
+            #expect(all.cartEvents.compactMap(\.id) == Array(31...300))
+            let w1 = try await store.events(after: 30, limit: 1_000, carts: ["w1"])
+            guard case .events(let expected, _) = w1 else { Issue.record("the log was pruned"); return }
+            await eventually("every w1 event after 30") { onlyW1.cartEvents.count >= expected.count }
+            #expect(onlyW1.cartEvents.compactMap(\.id) == expected.map(\.seq))
+            await all.close()
+            await onlyW1.close()
+        }
+    }
+
+    @Test func anIDFromPrunedHistoryGetsASnapshotAndHeartbeatsAreComments() async throws {
+        let store = try CartStore.inMemory()
+        for index in 0..<10 {
+            try await store.addItem(cartID: "c", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
+        }
+        try await store.pruneEvents(keepingLast: 3)
+        try await withServer(store: store) { port, _ in
+            let stream = try await EventStreamClient(port: port, headers: [("Last-Event-ID", "2")])
+            await eventually("the snapshot") { !stream.snapshots.isEmpty }
+            #expect(stream.snapshots.first?.id == 10)
+            #expect(stream.snapshots.first?.data.contains(#""reason":"since_too_old""#) == true)
+            await eventually("a heartbeat") { !stream.comments.isEmpty }
+            #expect(stream.comments.first == "heartbeat 10")
+            await stream.close()
+        }
+    }
+
+    /// A tab that stops reading: its stream fills, is closed and counted, while writers and the
+    /// other streams go on.
+    @Test func aStreamThatStopsReadingIsDroppedWhileOthersGoOn() async throws {
+        let store = try CartStore.inMemory()
+        try await withServer({ $0.leaseTTL = .seconds(2); $0.outboxLimit = 256 }, store: store) { port, server in
+            let stalled = try await EventStreamClient(port: port, receiveBuffer: 2_048)
+            let reader = try await EventStreamClient(port: port)
+            await eventually("both streams") { !stalled.snapshots.isEmpty && !reader.snapshots.isEmpty }
+            try await stalled.stopReading()
+            let name = String(repeating: "n", count: 200)
+            var written = 0
+            // Bounded: stop once the stalled stream is closed (or after 20 000 writes).
+            while server.hub.stats.subscribers == 2, written < 20_000 {
+                try await store.addItem(cartID: "c\(written / 500)", sku: "s\(written % 500)", quantity: 1, unitPriceCents: 1, name: name)
+                written += 1
+            }
+            #expect(server.hub.stats.subscribers == 1, "still connected after \(written) writes")
+            let ended = server.hub.stats.transports["sse"]?.ended ?? [:]
+            #expect((ended["leaseExpired"] ?? 0) + (ended["tooSlow"] ?? 0) == 1, "\(ended)")
+            // The writes never waited for it, and the reading stream has every one of them.
+            await eventually("the reader's events") { reader.cartEvents.count == written }
+            #expect(reader.cartEvents.compactMap(\.id) == Array(1...Int64(written)))
+            await reader.close()
+            await stalled.close()
+        }
+    }
+
+    @Test(arguments: [
+        ("/subscribe?since=abc", 400, "invalid_since"),
+        ("/subscribe?since=-1", 400, "invalid_since"),
+        ("/subscribe?carts=", 400, "invalid_carts"),
+        ("/subscribe?carts=a%20b", 400, "invalid_cart_id"),
+    ])
+    func badQueryValuesGetTheirJSONErrors(path: String, status: Int, code: String) async throws {
+        try await withServer { port, _ in
+            let stream = try await EventStreamClient(port: port, path: path)
+            await eventually("the refusal") { stream.isClosed }
+            #expect(stream.status == status)
+            #expect(stream.refusalBody?.contains(#""code":"\#(code)""#) == true, "\(stream.refusalBody ?? "")")
+        }
+    }
+
+    @Test func theTokenAndTheOriginAreCheckedAndAllowedOriginsGetCORS() async throws {
+        try await withServer({ $0.token = "s3cret"; $0.allowedOrigins = ["http://localhost:3000"] }) { port, _ in
+            let missing = try await EventStreamClient(port: port)
+            await eventually("the refusal") { missing.isClosed }
+            #expect(missing.status == 401)
+            let foreign = try await EventStreamClient(port: port, path: "/subscribe?token=s3cret", headers: [("Origin", "http://evil.example")])
+            await eventually("the refusal") { foreign.isClosed }
+            #expect(foreign.status == 403)
+            // EventSource cannot set headers: the token comes in the query.
+            let page = try await EventStreamClient(port: port, path: "/subscribe?token=s3cret", headers: [("Origin", "http://localhost:3000")])
+            await eventually("the welcome") { !page.events.isEmpty }
+            #expect(page.status == 200)
+            #expect(page.head?.contains("Access-Control-Allow-Origin: http://localhost:3000") == true)
+            await page.close()
+        }
+    }
+
+    @Test func aPlainGETOfSubscribeSaysHowToSubscribe() async throws {
+        try await withServer { port, _ in
+            let answer = try await RawHTTP.exchange(port: port, Array("GET /subscribe HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8))
+            #expect(answer.status == 406)
+            #expect(answer.text.contains(#""code":"not_acceptable""#))
+        }
+    }
+
+    @Test func statsCountSubscribersByTransport() async throws {
+        try await withServer { port, server in
+            let stream = try await EventStreamClient(port: port)
+            let socket = TestSubscriber(port: port)
+            try await socket.subscribe()
+            await eventually("both subscribed") { !stream.snapshots.isEmpty && !socket.snapshots.isEmpty }
+            #expect(server.hub.stats.transports["sse"]?.subscribers == 1)
+            #expect(server.hub.stats.transports["websocket"]?.subscribers == 1)
+            await stream.close()
+            await eventually("the stream's end counted") { server.hub.stats.transports["sse"]?.ended["peerClosed"] == 1 }
+            await socket.close()
+        }
+    }
+}
+
+/// `GET /events?since=N&wait=S`: a long-poll.
+@Suite("Long-poll", .timeLimit(.minutes(2)))
+struct LongPollTests {
+    static func poll(_ port: Int, _ query: String) async throws -> (status: Int?, body: [String: Any]) {
+        let answer = try await RawHTTP.exchange(port: port, Array("GET /events?\(query) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8), timeout: 70)
+        let body = answer.text.components(separatedBy: "\r\n\r\n").dropFirst().joined()
+        return (answer.status, (try? JSONSerialization.jsonObject(with: Data(body.utf8))) as? [String: Any] ?? [:])
+    }
+
+    static func seqs(_ body: [String: Any]) -> [Int] {
+        (body["events"] as? [[String: Any]] ?? []).compactMap { $0["seq"] as? Int }
+    }
+
+    @Test func aPollWaitsForTheNextCommitOfItsCarts() async throws {
+        let store = try CartStore.inMemory()
+        try await store.addItem(cartID: "a", sku: "x", quantity: 1, unitPriceCents: 1)
+        try await withServer(store: store) { port, server in
+            // Events exist: answered at once.
+            let now = try await Self.poll(port, "since=0&wait=30")
+            #expect(Self.seqs(now.body) == [1])
+            async let parked = Self.poll(port, "since=1&carts=a&wait=30")
+            await eventually("the poll parked") { server.hub.parkedPolls.count == 1 }
+            // Another cart's commit wakes it, and it waits on.
+            try await store.addItem(cartID: "b", sku: "x", quantity: 1, unitPriceCents: 1)
+            await eventually("parked again") { server.hub.parkedPolls.count == 1 }
+            try await store.addItem(cartID: "a", sku: "y", quantity: 1, unitPriceCents: 1)
+            let answered = try await parked
+            #expect(answered.status == 200)
+            #expect(Self.seqs(answered.body) == [3])
+            #expect(server.hub.parkedPolls.count == 0)
+        }
+    }
+
+    @Test func aPollWithNothingNewAnswersEmptyWhenItsWaitEnds() async throws {
+        try await withServer { port, server in
+            let answered = try await Self.poll(port, "since=0&wait=1")
+            #expect(answered.status == 200)
+            #expect(Self.seqs(answered.body).isEmpty)
+            #expect(answered.body["nextSince"] as? Int == 0)
+            #expect(server.hub.parkedPolls.count == 0)
+        }
+    }
+
+    @Test(arguments: ["wait=61", "wait=-1", "wait=soon"])
+    func aBadWaitIsRefused(_ query: String) async throws {
+        try await withServer { port, _ in
+            let answered = try await Self.poll(port, query)
+            #expect(answered.status == 422 || answered.status == 400)
+            #expect(answered.body["error"] != nil)
+        }
+    }
+}
