@@ -64,6 +64,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         // Build-time tool: turns migrations/*.sql into Swift source so every binary carries its schema.
@@ -122,7 +124,7 @@ let package = Package(
             dependencies: ["FanoutTestSupport", "FanoutServer", "fanout-client", "fanout-bench", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
         // The client's own logic (the subscriber's printing and resume state), in process.
-        .testTarget(name: "FanoutClientTests", dependencies: ["fanout-client"]),
+        .testTarget(name: "FanoutClientTests", dependencies: ["fanout-client", .product(name: "NIOCore", package: "swift-nio")]),
         .testTarget(
             name: "FanoutServerTests",
             dependencies: [

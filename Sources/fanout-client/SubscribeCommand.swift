@@ -42,9 +42,15 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Option(help: "Bearer token, if the server requires one (or set FANOUT_TOKEN).")
     var token: String?
 
+    @Option(help: "websocket, or sse: the same subscription as Server-Sent Events (--url keeps its ws:// form).")
+    var transport: SubscriberSession.Transport = .websocket
+
     func validate() throws {
         guard let components = URLComponents(string: url), ["ws", "wss"].contains(components.scheme ?? ""), components.host?.isEmpty == false else {
             throw ValidationError("--url must be a ws:// or wss:// URL (got \(url))")
+        }
+        if transport == .sse, URLComponents(string: url)?.scheme == "wss" {
+            throw ValidationError("--transport sse speaks plain HTTP: use a ws:// URL")
         }
         if let bad = carts.first(where: { !CartLimits.isValidIdentifier($0) }) {
             throw ValidationError("cart ids are 1–64 characters of A-Z a-z 0-9 . _ - (got \"\(bad.prefix(80))\")")
@@ -57,7 +63,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         let state = try SeqState(stateFile: stateFile, since: since)
         let printer = EventPrinter(format: format, state: state)
         let session = SubscriberSession(
-            url: url, carts: carts.isEmpty ? nil : carts, token: token, state: state, printer: printer)
+            url: url, transport: transport, carts: carts.isEmpty ? nil : carts, token: token, state: state, printer: printer)
         // The sources must live as long as the session: a released source is cancelled, and the
         // signals, set to SIG_IGN for it, would then be ignored. `_ = sources` after the call
         // did not keep them: an optimised build released them at once (Ctrl-C did nothing).
@@ -192,3 +198,5 @@ final class EventPrinter: Sendable {
         return "#\(event.seq)  \(event.cartID) v\(event.version)  \(what)"
     }
 }
+
+extension SubscriberSession.Transport: ExpressibleByArgument {}

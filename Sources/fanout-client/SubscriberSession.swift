@@ -9,7 +9,12 @@ import Synchronization
 /// any disconnect, back off (with jitter) and do it again. Only refusals that retrying cannot
 /// fix (bad token, refused origin) end it, with a message and a non-zero exit.
 struct SubscriberSession: Sendable {
+    enum Transport: String, Sendable, CaseIterable {
+        case websocket, sse
+    }
+
     let url: String
+    let transport: Transport
     let carts: [String]?
     let token: String?
     let state: SeqState
@@ -26,7 +31,10 @@ struct SubscriberSession: Sendable {
             try await preflight()
             let received = MessageCounter()
             do {
-                try await connectOnce(received: received)
+                switch transport {
+                case .websocket: try await connectOnce(received: received)
+                case .sse: try await streamOnce(received: received)
+                }
                 refusedUpgrades = 0
             } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
                 refusedUpgrades += 1
@@ -68,6 +76,16 @@ struct SubscriberSession: Sendable {
         } catch {
             // Unreachable, restarting, or an old server: the WebSocket attempt will tell.
         }
+    }
+
+    /// One event stream, from after the last printed seq.
+    private func streamOnce(received: MessageCounter) async throws {
+        guard var components = URLComponents(string: url) else { throw ClientFailure("bad URL \(url)") }
+        components.scheme = "http"
+        if let carts { components.queryItems = (components.queryItems ?? []) + [URLQueryItem(name: "carts", value: carts.joined(separator: ","))] }
+        guard let streamURL = components.url else { throw ClientFailure("bad URL \(url)") }
+        try await EventStreamConnection(url: streamURL, token: token, lastEventID: state.last, printer: printer, received: received).run()
+        FileHandle.standardError.write(Data("fanout-client: the server ended the stream; resuming after seq \(state.last.map(String.init) ?? "none")\n".utf8))
     }
 
     private func connectOnce(received: MessageCounter) async throws {

@@ -18,12 +18,16 @@ struct EndToEndTests {
 
     static let fastLeases = ["--heartbeat-interval", "0.2", "--lease-ttl", "1"]
 
-    @Test func manyClientsPrintTheSameSequenceAsTheLog() async throws {
+    /// Each client's transport: `subscribe --transport websocket|sse`.
+    static let transports = ["websocket", "sse"]
+
+    @Test(arguments: transports)
+    func manyClientsPrintTheSameSequenceAsTheLog(transport: String) async throws {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
         let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = server.port
-        let clients = try (0..<5).map { _ in try SubscribeProcess(port: port) }
+        let clients = try (0..<5).map { _ in try SubscribeProcess(port: port, arguments: ["--transport", transport]) }
         await eventually("every client's snapshot") { clients.allSatisfy { $0.output.first?.type == "snapshot" } }
         let acknowledged = await Mutations.burst(port: { port }, writers: 4, each: 25, tag: "w")
         #expect(acknowledged.count == 100)
@@ -37,12 +41,13 @@ struct EndToEndTests {
         #expect(await server.waitForExit() == 0)
     }
 
-    @Test func clientsResumeAcrossAServerKilledMidBurst() async throws {
+    @Test(arguments: transports)
+    func clientsResumeAcrossAServerKilledMidBurst(transport: String) async throws {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
         let first = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = first.port
-        let clients = try (0..<5).map { _ in try SubscribeProcess(port: port) }
+        let clients = try (0..<5).map { _ in try SubscribeProcess(port: port, arguments: ["--transport", transport]) }
         await eventually("every client's snapshot") { clients.allSatisfy { $0.output.first?.type == "snapshot" } }
 
         let restarted = NIOLockedValueBox<ServerProcess?>(nil)
