@@ -182,7 +182,7 @@ struct LongPollTests {
             let now = try await Self.poll(port, "since=0&wait=30")
             #expect(Self.seqs(now.body) == [1])
             async let parked = Self.poll(port, "since=1&carts=a&wait=30")
-            await eventually("the poll parked") { server.hub.parkedPolls.count == 1 }
+            await eventually("the poll parked") { server.hub.stats.waitingPolls == 1 }
             // Another cart's commit wakes it, and it waits on.
             try await store.addItem(cartID: "b", sku: "x", quantity: 1, unitPriceCents: 1)
             await eventually("parked again") { server.hub.parkedPolls.count == 1 }
@@ -190,7 +190,7 @@ struct LongPollTests {
             let answered = try await parked
             #expect(answered.status == 200)
             #expect(Self.seqs(answered.body) == [3])
-            #expect(server.hub.parkedPolls.count == 0)
+            #expect(server.hub.stats.waitingPolls == 0)
         }
     }
 

@@ -39,6 +39,8 @@ final class FanoutHub: CartStoreObserver {
         var ended: [String: Int]
         /// The same, by transport (`websocket`, `sse`).
         var transports: [String: TransportStats]
+        /// `GET /events?wait=S` requests waiting now.
+        var waitingPolls: Int
     }
 
     struct TransportStats: Codable, Sendable, Equatable {
@@ -251,7 +253,8 @@ final class FanoutHub: CartStoreObserver {
             transports: Dictionary(uniqueKeysWithValues: WireFraming.allCases.map { framing in
                 let counts = byTransport[framing.rawValue]
                 return (framing.metricLabel, TransportStats(subscribers: counts.subscribers, ended: everyReason(counts.ended)))
-            }))
+            }),
+            waitingPolls: parkedPolls.count)
     }
 }
 
