@@ -1,3 +1,4 @@
+import CartStore
 import FanoutTestSupport
 import Foundation
 import Testing
@@ -102,6 +103,10 @@ struct PageTests {
         }
         #expect(Set(seen.feed).count == seen.feed.count, "an event in the feed twice: \(seen.feed)")
         #expect(seen.state == "live", "a resume, not a snapshot")
+        // Changes through the page still work, and its new stream is the one delivered to.
+        try await page.run(#"document.querySelector('[data-cart="henry"] tr[data-sku="honey"] [data-action=inc]').click()"#)
+        seen = try await page.waitFor("henry's honey + 1") { $0.lines("henry") == [Line("honey", 2)] && $0.result.contains("seq \(lastSeq + 1)") }
+        #expect(seen.deliveredTo == "1", "\(seen.result)")
         // What the page shows is what the server has, cart by cart.
         let carts = try await PageTests.carts(port: port, token: token)
         #expect(seen.carts.map(\.id) == carts.map(\.id))
@@ -120,6 +125,56 @@ struct PageTests {
             try png.write(to: file)
             print("screenshot (\(scheme)): \(file.path)")
         }
+
+        await devTools.close()
+        await browser.stop()
+        second.signal(SIGTERM)
+        #expect(await second.waitForExit() == 0)
+    }
+
+    /// A store of 1 200 carts: the snapshot comes in three parts and the page shows them all, a
+    /// burst of changes reaches it, and a server on another database makes it start over.
+    @Test func aThousandCartsAndABurstAndAnotherDatabase() async throws {
+        let executable = try #require(HeadlessChromium.executable, "chromium is not installed: apt-get install chromium")
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let store = try CartStore(path: database)
+        try await writeConcurrently(to: store, writers: 1_200, perWriter: 1)
+        try store.close()
+        let first = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let port = first.port
+
+        let browser = try HeadlessChromium(executable: executable)
+        let devTools = DevTools(url: try await browser.devToolsURL())
+        let opened = ContinuousClock.now
+        let page = try await devTools.open("http://127.0.0.1:\(port)/")
+        var seen = try await page.waitFor(timeout: .seconds(30), "1 200 carts") { $0.carts.count == 1_200 }
+        print("1 200 carts shown \(Int((ContinuousClock.now - opened) / .milliseconds(1))) ms after the page was opened")
+        #expect(seen.state == "live")
+        #expect(seen.seq == "1200")
+        #expect(seen.lines("w0") == [Line("s0", 1)] && seen.lines("w1199") == [Line("s0", 1)])
+
+        let burstStarted = ContinuousClock.now
+        let acknowledged = await Mutations.burst(port: { port }, writers: 4, each: 100, tag: "w")
+        #expect(acknowledged.count == 400)
+        seen = try await page.waitFor(timeout: .seconds(30), "the burst") { $0.seq == "1600" }
+        print("a burst of 400 changes shown \(Int((ContinuousClock.now - burstStarted) / .milliseconds(1))) ms after it began")
+        #expect(seen.carts.count == 1_200)
+        #expect(seen.lines("w3")?.count == 100, "s0…s99, s0 added to a second time")
+        #expect(seen.lines("w3")?.first == Line("s0", 2))
+
+        // Another database behind the same address: the page's seq is ahead of its log, so it
+        // gets a snapshot and replaces what it showed.
+        first.signal(SIGTERM)
+        #expect(await first.waitForExit() == 0)
+        let (other, cleanupOther) = try EndToEndTests.temporaryDatabase()
+        defer { cleanupOther() }
+        let second = try ServerProcess(arguments: ["--port", "\(port)", "--db", other])
+        seen = try await page.waitFor(timeout: .seconds(20), "the resync") { $0.state == "resynced" && $0.carts.isEmpty }
+        #expect(seen.seq == "0", "the other database's seq")
+        #expect(await Mutations.add(port: port, cart: "fresh", sku: "start") == 1)
+        seen = try await page.waitFor("the first change there") { $0.seq == "1" }
+        #expect(seen.carts.map(\.id) == ["fresh"])
 
         await devTools.close()
         await browser.stop()
