@@ -1,4 +1,3 @@
-import CartStore
 import FanoutTestSupport
 import Foundation
 import Testing
@@ -136,11 +135,8 @@ struct PageTests {
     /// burst of changes reaches it, and a server on another database makes it start over.
     @Test func aThousandCartsAndABurstAndAnotherDatabase() async throws {
         let executable = try #require(HeadlessChromium.executable, "chromium is not installed: apt-get install chromium")
-        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        let (database, cleanup) = try await EndToEndTests.temporaryDatabase(carts: 1_200)
         defer { cleanup() }
-        let store = try CartStore(path: database)
-        try await writeConcurrently(to: store, writers: 1_200, perWriter: 1)
-        try store.close()
         let first = try ServerProcess(arguments: ["--port", "0", "--db", database])
         let port = first.port
 
