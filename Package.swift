@@ -54,7 +54,9 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
-            plugins: ["EmbedOpenAPI"]
+            // The page's source, compiled in by EmbedServedFiles rather than copied as a resource.
+            exclude: ["Page/index.html"],
+            plugins: ["EmbedServedFiles"]
         ),
         .executableTarget(
             name: "fanout-client",
@@ -75,10 +77,11 @@ let package = Package(
             capability: .buildTool(),
             dependencies: ["embed-migrations"]
         ),
-        // Build-time tool: carries docs/openapi.json in fanout-server, served at GET /openapi.json.
+        // Build-time tool: carries docs/openapi.json (GET /openapi.json) and the live cart page
+        // (GET /) in fanout-server.
         .executableTarget(name: "embed-file"),
         .plugin(
-            name: "EmbedOpenAPI",
+            name: "EmbedServedFiles",
             capability: .buildTool(),
             dependencies: ["embed-file"]
         ),
@@ -121,7 +124,12 @@ let package = Package(
         // Runs the real executables; depends on them so `swift test` builds them.
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["FanoutTestSupport", "FanoutServer", "fanout-client", "fanout-bench", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
+            dependencies: [
+                "FanoutTestSupport", "FanoutServer", "fanout-client", "fanout-bench",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                // The DevTools protocol of the headless Chromium that PageTests drive.
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            ]
         ),
         // The client's own logic (the subscriber's printing and resume state), in process.
         .testTarget(name: "FanoutClientTests", dependencies: ["fanout-client", .product(name: "NIOCore", package: "swift-nio")]),

@@ -56,6 +56,7 @@ func buildApplication(
     EventsController(store: store, hub: hub).addRoutes(to: router)
     MetricsController(metrics: metrics).addRoutes(to: router)
     OpenAPIController().addRoutes(to: router)
+    PageController().addRoutes(to: router)
     // Last, so it wraps only the not-found answer: 405 and `Allow` for a known path.
     // `/subscribe` is answered below the router, as a WebSocket or an event stream; a plain GET
     // that reaches the router asked for neither.

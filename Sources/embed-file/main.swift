@@ -1,5 +1,5 @@
 // Writes a Swift source file that carries one file's bytes, so a document kept in the
-// repository (docs/openapi.json) is compiled into the binary and served from any working
+// repository (docs/openapi.json, the page) is compiled into the binary and served from any working
 // directory. The bytes go in as base64: no escaping of the content to get wrong.
 //
 // usage: embed-file OUTPUT.swift SWIFT-NAME INPUT

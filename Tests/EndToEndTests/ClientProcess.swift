@@ -70,10 +70,17 @@ final class SubscribeProcess: Sendable {
 enum Mutations {
     /// Adds a line; returns the event seq on a 2xx, nil otherwise (server down, refused).
     static func add(port: Int, cart: String, sku: String) async -> Int64? {
-        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/carts/\(cart)/items")!)
-        request.httpMethod = "POST"
+        await send(port: port, "POST", "/carts/\(cart)/items", body: #"{"sku":"\#(sku)","quantity":1,"unitPriceCents":10}"#)
+    }
+
+    /// Sends a change, with the bearer `token` when given; returns the event seq on a 2xx, nil
+    /// otherwise (server down, refused).
+    static func send(port: Int, _ method: String, _ path: String, body: String? = nil, token: String? = nil) async -> Int64? {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        request.httpMethod = method
         request.timeoutInterval = 5
-        request.httpBody = Data(#"{"sku":"\#(sku)","quantity":1,"unitPriceCents":10}"#.utf8)
+        request.httpBody = body.map { Data($0.utf8) }
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         guard let (data, response) = try? await URLSession.shared.data(for: request),
               let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status),
               let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return nil }

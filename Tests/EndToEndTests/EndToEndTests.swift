@@ -16,6 +16,16 @@ struct EndToEndTests {
         return (directory.appending(path: "db.sqlite").path, { try? FileManager.default.removeItem(at: directory) })
     }
 
+    /// A temporary database already holding `carts` carts, `w0`…, each with one line `s0`
+    /// (seqs 1…`carts`), closed for a server to open.
+    static func temporaryDatabase(carts: Int) async throws -> (path: String, cleanup: () -> Void) {
+        let (path, cleanup) = try temporaryDatabase()
+        let store = try CartStore(path: path)
+        try await writeConcurrently(to: store, writers: carts, perWriter: 1)
+        try store.close()
+        return (path, cleanup)
+    }
+
     static let fastLeases = ["--heartbeat-interval", "0.2", "--lease-ttl", "1"]
 
     /// Each client's transport: `subscribe --transport websocket|sse`.
@@ -135,11 +145,8 @@ struct EndToEndTests {
     /// A snapshot too big for one message comes in parts (500 carts each); the real client
     /// prints each, and events follow only the last.
     @Test func aSnapshotOfManyCartsArrivesInPartsThenTheEvents() async throws {
-        let (database, cleanup) = try Self.temporaryDatabase()
+        let (database, cleanup) = try await Self.temporaryDatabase(carts: 1_203)
         defer { cleanup() }
-        let store = try CartStore(path: database)
-        try await writeConcurrently(to: store, writers: 1_203, perWriter: 1)
-        try store.close()
         let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
         defer { server.signal(SIGTERM) }
         let client = try SubscribeProcess(port: server.port)

@@ -167,8 +167,8 @@ struct HTTPAPITests {
         }
     }
 
-    /// With a token, carts, the log and the figures are the user's: only `/healthz` and the schema
-    /// are open.
+    /// With a token, carts, the log and the figures are the user's: only the page (which holds no
+    /// data), `/healthz` and the schema are open.
     @Test(arguments: [
         ("/carts", HTTPRequest.Method.get), ("/carts/c", .get), ("/stats", .get), ("/metrics", .get), ("/events", .get),
         ("/carts/c/items", .post), ("/carts/c/items/a", .patch), ("/carts/c/items/a", .delete), ("/carts/c", .delete),
@@ -184,7 +184,7 @@ struct HTTPAPITests {
             try await client.execute(uri: uri, method: method, headers: [.authorization: "Bearer s3cret"], body: body) { response in
                 #expect(response.status.code < 400, "\(method) \(uri) refused with the token: \(response.status)")
             }
-            for open in ["/healthz", "/openapi.json"] {
+            for open in ["/", "/healthz", "/openapi.json"] {
                 try await client.execute(uri: open, method: .get) { #expect($0.status == .ok, "\(open)") }
             }
         }
@@ -280,6 +280,25 @@ struct HTTPAPITests {
             // Non-browser WebSocket clients name their own ws:// URL; no web page can.
             try await client.execute(uri: "/carts", method: .get, headers: [.origin: "ws://127.0.0.1"]) { #expect($0.status == .ok) }
             try await client.execute(uri: "/carts", method: .get) { #expect($0.status == .ok) }
+        }
+    }
+
+    /// The page at `/` changes carts from the server's own origin, which a browser names on a
+    /// POST: that origin needs no `--allow-origin`; another port or name is another origin.
+    @Test func theServersOwnOriginMayChangeCarts() async throws {
+        try await Self.app().application.test(.router) { client in
+            let body = ByteBuffer(string: #"{"sku":"s","quantity":1,"unitPriceCents":1}"#)
+            // The router's test client names its requests' authority (`Host`) "localhost".
+            let own: HTTPFields = [.origin: "http://localhost", .contentType: "application/json"]
+            try await client.execute(uri: "/carts/c/items", method: .post, headers: own, body: body) { #expect($0.status == .ok) }
+            for other in ["http://localhost:8080", "http://127.0.0.1", "https://localhost"] {
+                var headers = own
+                headers[.origin] = other
+                try await client.execute(uri: "/carts/c/items", method: .post, headers: headers, body: body) { response in
+                    #expect(response.status == .forbidden, "\(other)")
+                    #expect(Self.errorCode(response.body) == "origin_not_allowed")
+                }
+            }
         }
     }
 }

@@ -13,6 +13,8 @@ struct MethodNotAllowedTests {
         ("/carts/alice/items/apple", .put, "DELETE, PATCH"),
         ("/metrics", .delete, "GET, HEAD"),
         ("/subscribe", .post, "GET, HEAD"),
+        ("/", .trace, "GET, HEAD"),
+        ("/", .post, "GET, HEAD"),
     ])
     func aKnownPathWithAnotherMethodAnswers405WithAllow(path: String, method: HTTPRequest.Method, allow: String) async throws {
         try await HTTPAPITests.app().application.test(.router) { client in

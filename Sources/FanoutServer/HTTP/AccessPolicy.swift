@@ -15,7 +15,7 @@ struct AccessPolicy: Sendable {
     /// reads and subscriptions, which browsers open with APIs that cannot set headers
     /// (WebSocket, EventSource), never for changes.
     func check(_ request: Request, requiresToken: Bool) throws {
-        for origin in request.headers[values: .origin] where !isAllowed(origin: origin) {
+        for origin in request.headers[values: .origin] where !isAllowed(origin: origin) && !Self.isSameOrigin(origin, as: request) {
             throw APIError(.forbidden, code: "origin_not_allowed", "origin \(origin.prefix(100)) is not allowed (see --allow-origin)")
         }
         guard requiresToken, let token else { return }
@@ -38,6 +38,15 @@ struct AccessPolicy: Sendable {
         return lowercased.hasPrefix("ws://") || lowercased.hasPrefix("wss://")
     }
 
+    /// Whether a browser `Origin` is this server's own, `http://` and the request's `Host`: the
+    /// page at `/` changing carts (a browser names the origin on a POST, PATCH or DELETE even to
+    /// its own server). `HostPolicy` has already refused a `Host` the server does not answer to,
+    /// so a page on another name that resolves here (DNS rebinding) is not its own origin.
+    static func isSameOrigin(_ origin: String, as request: Request) -> Bool {
+        guard let host = request.head.authority else { return false }
+        return origin.lowercased() == "http://" + host.lowercased()
+    }
+
     static func bearer(_ header: String?) -> String? {
         guard let header, header.lowercased().hasPrefix("bearer ") else { return nil }
         return String(header.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
@@ -55,10 +64,11 @@ struct AccessPolicy: Sendable {
 }
 
 /// Applies the access policy to every HTTP request: origins always, the token everywhere but
-/// `/healthz` and `/openapi.json`, which say nothing of the carts (reads expose the same carts as
-/// `/events` and `/subscribe`, so they need it too).
+/// `/healthz`, `/openapi.json` and the page at `/`, which say nothing of the carts (reads expose
+/// the same carts as `/events` and `/subscribe`, so they need it too; the page reads them with
+/// the token given in its URL).
 struct AccessMiddleware<Context: RequestContext>: RouterMiddleware {
-    static var openPaths: Set<String> { ["/healthz", "/openapi.json"] }
+    static var openPaths: Set<String> { ["/", "/healthz", "/openapi.json"] }
 
     let policy: AccessPolicy
 

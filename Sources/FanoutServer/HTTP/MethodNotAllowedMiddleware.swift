@@ -36,7 +36,8 @@ struct MethodNotAllowedMiddleware<Context: RequestContext>: RouterMiddleware {
 
     /// The methods served at `path`, by any route whose pattern it matches.
     private func methods(at path: String) -> [HTTPRequest.Method] {
-        let segments = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        // "/a/b" is ["a", "b"]; "/" is no segment at all, like the root route's pattern.
+        let segments = path == "/" ? [] : path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
         return routes.flatMap { route -> [HTTPRequest.Method] in
             let components = route.path.components
             guard components.count == segments.count,

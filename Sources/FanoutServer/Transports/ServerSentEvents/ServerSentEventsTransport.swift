@@ -57,7 +57,9 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
         guard let channel else { preconditionFailure("written to before it was added") }
         guard !closed else { return channel.eventLoop.makeFailedFuture(ChannelError.outputClosed) }
         let written = channel.writeAndFlush(framed)
-        written.whenSuccess { self.renewLeaseIfDrained() }
+        // The future completes on this loop, where the transport lives.
+        let transport = NIOLoopBound(self, eventLoop: channel.eventLoop)
+        written.whenSuccess { transport.value.renewLeaseIfDrained() }
         return written
     }
 

@@ -1,0 +1,288 @@
+import FanoutTestSupport
+import Foundation
+import Testing
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The live cart page (`GET /`) in a real headless Chromium, against the real `fanout-server`:
+/// what a person with the page open sees when carts change, and when the server restarts.
+///
+/// Needs Chromium (`apt-get install chromium`; `.ci/run` installs it). Without it these tests
+/// are skipped, saying so, except in CI (`CI` set), where they fail.
+@Suite(
+    "The page (headless Chromium)", .serialized, .timeLimit(.minutes(3)),
+    .enabled(if: HeadlessChromium.executable != nil || runningInCI, "apt-get install chromium enables the page tests"))
+struct PageTests {
+    typealias Line = SeenOnPage.Line
+
+    @Test func thePageShowsEveryChangeAndComesBackByItselfAfterARestart() async throws {
+        let executable = try #require(HeadlessChromium.executable, "chromium is not installed: apt-get install chromium")
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let token = "page-\(UUID().uuidString)"
+        let serverArguments = ["--db", database, "--token", token, "--heartbeat-interval", "1"]
+        let first = try ServerProcess(arguments: ["--port", "0"] + serverArguments)
+        let port = first.port
+        /// A change over HTTP, as another client makes it; returns its seq.
+        let change: (String, String, String?) async throws -> Int64 = { method, path, body in
+            try #require(await Mutations.send(port: port, method, path, body: body, token: token), "\(method) \(path)")
+        }
+        // Carts before the page opens: they come in its snapshot.
+        for (cart, sku, quantity, cents, name) in PageTests.seed {
+            _ = try await change("POST", "/carts/\(cart)/items", #"{"sku":"\#(sku)","quantity":\#(quantity),"unitPriceCents":\#(cents),"name":"\#(name)"}"#)
+        }
+
+        let browser = try HeadlessChromium(executable: executable)
+        let devTools = DevTools(url: try await browser.devToolsURL())
+        let page = try await devTools.open("http://127.0.0.1:\(port)/?token=\(token)")
+        var seen = try await page.waitFor("the snapshot") { $0.state == "live" && $0.carts.count == 5 }
+        #expect(seen.carts.map(\.id) == ["alice", "bob", "carol", "dave", "erin"], "every cart, by id")
+        #expect(seen.lines("alice") == [Line("apple", 3), Line("bread", 1)])
+        #expect(seen.cart("alice")?.total == "6.10", "3 × 1.20 + 2.50")
+        #expect(seen.seq == "\(PageTests.seed.count)")
+
+        // Changes over HTTP, each on the page within the deadline.
+        _ = try await change("POST", "/carts/bob/items", #"{"sku":"banana","quantity":2,"unitPriceCents":35}"#)
+        seen = try await page.waitFor("bob's bananas") { $0.lines("bob")?.contains(Line("banana", 2)) == true }
+        let setSeq = try await change("PATCH", "/carts/alice/items/apple", #"{"quantity":5}"#)
+        seen = try await page.waitFor("alice's 5 apples") { $0.lines("alice")?.first == Line("apple", 5) }
+        #expect(seen.seq == "\(setSeq)")
+        #expect(seen.cart("alice")?.total == "8.50")
+        _ = try await change("DELETE", "/carts/carol/items/cheese", nil)
+        seen = try await page.waitFor("carol's cheese removed") { $0.lines("carol")?.contains { $0.sku == "cheese" } == false }
+        _ = try await change("POST", "/carts/frank/items", #"{"sku":"fig","quantity":1,"unitPriceCents":90}"#)
+        seen = try await page.waitFor("frank's new cart") { $0.lines("frank") == [Line("fig", 1)] }
+        #expect(seen.carts.map(\.id) == ["alice", "bob", "carol", "dave", "erin", "frank"], "a new cart takes its place by id")
+
+        // Changes through the page: its form, and a line's + button. Each shows deliveredTo (the
+        // page's own stream is a subscriber).
+        try await page.run("""
+            const form = document.getElementById('change');
+            form.cart.value = 'gina'; form.sku.value = 'grapes'; form.quantity.value = '2'; form.price.value = '3.10';
+            form.name.value = 'Grapes <b>red</b>';
+            form.requestSubmit(form.querySelector('button[value=add]'))
+            """)
+        seen = try await page.waitFor("the form's change and its deliveredTo") { $0.deliveredTo != nil && $0.lines("gina") == [Line("grapes", 2)] }
+        #expect(seen.deliveredTo == "1", "\(seen.result)")
+        #expect(seen.result.contains("delivered to 1 subscriber"), "\(seen.result)")
+        #expect(seen.names("gina") == ["Grapes <b>red</b>"], "a name is shown as text, never as markup")
+        try await page.run(#"document.querySelector('[data-cart="alice"] tr[data-sku="apple"] [data-action=inc]').click()"#)
+        seen = try await page.waitFor("alice's apple + 1") { $0.lines("alice")?.first == Line("apple", 6) }
+        #expect(seen.cart("alice")?.version == 4, "2 adds, a set, the +")
+        // A change the server refuses: its error where the result goes, nothing changed.
+        try await page.run("""
+            const form = document.getElementById('change');
+            form.cart.value = 'gina'; form.sku.value = 'guava'; form.quantity.value = '3';
+            form.requestSubmit(form.querySelector('button[value=set]'))
+            """)
+        seen = try await page.waitFor("the refusal") { $0.result.contains("404") }
+        #expect(seen.result.contains("item_not_found"), "\(seen.result)")
+        #expect(seen.deliveredTo == nil)
+        #expect(seen.lines("gina") == [Line("grapes", 2)])
+
+        // The server stops: the page says so. It restarts on the same database and port: the
+        // page comes back by itself and resumes after its last seq.
+        first.signal(SIGTERM)
+        #expect(await first.waitForExit() == 0)
+        seen = try await page.waitFor("the page to notice") { $0.state == "reconnecting" }
+        let second = try ServerProcess(arguments: ["--port", "\(port)"] + serverArguments)
+        let restarted = ContinuousClock.now
+        seen = try await page.waitFor(timeout: .seconds(20), "the page to reconnect") { $0.state == "live" }
+        let reconnect = ContinuousClock.now - restarted
+        print("the page was live again \(Int(reconnect / .milliseconds(1))) ms after the server restarted")
+        _ = try await change("POST", "/carts/alice/items", #"{"sku":"pear","quantity":1,"unitPriceCents":80}"#)
+        _ = try await change("PATCH", "/carts/bob/items/banana", #"{"quantity":7}"#)
+        let lastSeq = try await change("POST", "/carts/henry/items", #"{"sku":"honey","quantity":1,"unitPriceCents":650}"#)
+        seen = try await page.waitFor("the changes after the restart") { $0.seq == "\(lastSeq)" }
+        #expect(seen.lines("alice") == [Line("apple", 6), Line("bread", 1), Line("pear", 1)])
+        #expect(seen.lines("bob")?.contains(Line("banana", 7)) == true)
+        for cart in seen.carts {
+            #expect(Set(cart.lines.map(\.sku)).count == cart.lines.count, "a line shown twice in \(cart.id): \(cart.lines)")
+        }
+        #expect(Set(seen.feed).count == seen.feed.count, "an event in the feed twice: \(seen.feed)")
+        #expect(seen.state == "live", "a resume, not a snapshot")
+        // Changes through the page still work, and its new stream is the one delivered to.
+        try await page.run(#"document.querySelector('[data-cart="henry"] tr[data-sku="honey"] [data-action=inc]').click()"#)
+        seen = try await page.waitFor("henry's honey + 1") { $0.lines("henry") == [Line("honey", 2)] && $0.result.contains("seq \(lastSeq + 1)") }
+        #expect(seen.deliveredTo == "1", "\(seen.result)")
+        // What the page shows is what the server has, cart by cart.
+        let carts = try await PageTests.carts(port: port, token: token)
+        #expect(seen.carts.map(\.id) == carts.map(\.id))
+        for cart in carts {
+            #expect(seen.cart(cart.id)?.version == cart.version, "\(cart.id)'s version")
+            #expect(seen.lines(cart.id) == cart.items.map { Line($0.sku, $0.quantity) }, "\(cart.id)'s lines")
+        }
+
+        // For a person to judge the design: light, then dark.
+        try await page.run("window.scrollTo(0, 0); document.activeElement?.blur()")
+        for (scheme, name) in [("light", "page.png"), ("dark", "page-dark.png")] {
+            try await page.emulateColorScheme(scheme)
+            let png = try await page.screenshot()
+            let file = PageTests.artifacts.appending(path: name)
+            try FileManager.default.createDirectory(at: PageTests.artifacts, withIntermediateDirectories: true)
+            try png.write(to: file)
+            print("screenshot (\(scheme)): \(file.path)")
+        }
+
+        await devTools.close()
+        await browser.stop()
+        second.signal(SIGTERM)
+        #expect(await second.waitForExit() == 0)
+    }
+
+    /// A store of 1 200 carts: the snapshot comes in three parts and the page shows them all, a
+    /// burst of changes reaches it, and a server on another database makes it start over.
+    @Test func aThousandCartsAndABurstAndAnotherDatabase() async throws {
+        let executable = try #require(HeadlessChromium.executable, "chromium is not installed: apt-get install chromium")
+        let (database, cleanup) = try await EndToEndTests.temporaryDatabase(carts: 1_200)
+        defer { cleanup() }
+        let first = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let port = first.port
+
+        let browser = try HeadlessChromium(executable: executable)
+        let devTools = DevTools(url: try await browser.devToolsURL())
+        let opened = ContinuousClock.now
+        let page = try await devTools.open("http://127.0.0.1:\(port)/")
+        var seen = try await page.waitFor(timeout: .seconds(30), "1 200 carts") { $0.carts.count == 1_200 }
+        print("1 200 carts shown \(Int((ContinuousClock.now - opened) / .milliseconds(1))) ms after the page was opened")
+        #expect(seen.state == "live")
+        #expect(seen.seq == "1200")
+        #expect(seen.lines("w0") == [Line("s0", 1)] && seen.lines("w1199") == [Line("s0", 1)])
+
+        let burstStarted = ContinuousClock.now
+        let acknowledged = await Mutations.burst(port: { port }, writers: 4, each: 100, tag: "w")
+        #expect(acknowledged.count == 400)
+        seen = try await page.waitFor(timeout: .seconds(30), "the burst") { $0.seq == "1600" }
+        print("a burst of 400 changes shown \(Int((ContinuousClock.now - burstStarted) / .milliseconds(1))) ms after it began")
+        #expect(seen.carts.count == 1_200)
+        #expect(seen.lines("w3")?.count == 100, "s0…s99, s0 added to a second time")
+        #expect(seen.lines("w3")?.first == Line("s0", 2))
+
+        // Another database behind the same address: the page's seq is ahead of its log, so it
+        // gets a snapshot and replaces what it showed.
+        first.signal(SIGTERM)
+        #expect(await first.waitForExit() == 0)
+        let (other, cleanupOther) = try EndToEndTests.temporaryDatabase()
+        defer { cleanupOther() }
+        let second = try ServerProcess(arguments: ["--port", "\(port)", "--db", other])
+        seen = try await page.waitFor(timeout: .seconds(20), "the resync") { $0.state == "resynced" && $0.carts.isEmpty }
+        #expect(seen.seq == "0", "the other database's seq")
+        #expect(await Mutations.add(port: port, cart: "fresh", sku: "start") == 1)
+        seen = try await page.waitFor("the first change there") { $0.seq == "1" }
+        #expect(seen.carts.map(\.id) == ["fresh"])
+
+        await devTools.close()
+        await browser.stop()
+        second.signal(SIGTERM)
+        #expect(await second.waitForExit() == 0)
+    }
+
+    /// (cart, sku, quantity, unit price in cents, name) of the carts there before the page opens.
+    static let seed: [(String, String, Int, Int, String)] = [
+        ("alice", "apple", 3, 120, "Apples"), ("alice", "bread", 1, 250, "Sourdough bread"),
+        ("bob", "butter", 1, 310, "Butter"), ("carol", "cheese", 2, 475, "Comté"),
+        ("carol", "crackers", 1, 199, "Crackers"), ("dave", "dates", 4, 99, "Medjool dates"),
+        ("erin", "eggs", 12, 42, "Eggs"),
+    ]
+
+    /// Where a test run leaves what a person looks at afterwards: `.build/artifacts/`.
+    static let artifacts = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appending(path: ".build/artifacts")
+
+    struct ServerCart: Decodable {
+        struct Item: Decodable { var sku: String; var quantity: Int }
+        var id: String
+        var version: Int64
+        var items: [Item]
+    }
+
+    /// `GET /carts`, as the server has them.
+    static func carts(port: Int, token: String) async throws -> [ServerCart] {
+        struct Answer: Decodable { var carts: [ServerCart] }
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/carts")!)
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        let (data, _) = try await URLSession.shared.data(for: request)
+        return try JSONDecoder().decode(Answer.self, from: data).carts.sorted { $0.id < $1.id }
+    }
+}
+
+/// What a person sees on the page, read from its DOM.
+struct SeenOnPage: Decodable {
+    struct Line: Decodable, Equatable, CustomStringConvertible {
+        var sku: String
+        var quantity: Int
+        init(_ sku: String, _ quantity: Int) { self.sku = sku; self.quantity = quantity }
+        var description: String { "\(sku)×\(quantity)" }
+    }
+
+    struct Cart: Decodable {
+        var id: String
+        var version: Int64
+        var total: String
+        var lines: [Line]
+        var names: [String]
+    }
+
+    /// The connection badge: connecting, live, reconnecting, resynced, refused.
+    var state: String
+    /// The last seq, as shown.
+    var seq: String
+    var carts: [Cart]
+    /// The answer to the page's last change, and its `deliveredTo` once one succeeded.
+    var result: String
+    var deliveredTo: String?
+    /// The seqs of the events in the feed, newest first.
+    var feed: [String]
+
+    func cart(_ id: String) -> Cart? { carts.first { $0.id == id } }
+    func lines(_ id: String) -> [Line]? { cart(id)?.lines }
+    func names(_ id: String) -> [String]? { cart(id)?.names }
+
+    static let expression = """
+        (() => {
+          const text = (node) => node ? node.textContent : '';
+          return {
+            state: document.getElementById('state').dataset.state,
+            seq: text(document.getElementById('seq')),
+            carts: [...document.querySelectorAll('#carts [data-cart]')].map((card) => ({
+              id: card.dataset.cart,
+              version: Number(card.dataset.version),
+              total: text(card.querySelector('.total')),
+              lines: [...card.querySelectorAll('tr[data-sku]')].map((row) => ({ sku: row.dataset.sku, quantity: Number(text(row.querySelector('.n'))) })),
+              names: [...card.querySelectorAll('.name')].map(text),
+            })),
+            result: text(document.getElementById('result')),
+            deliveredTo: document.getElementById('result').dataset.deliveredTo ?? null,
+            feed: [...document.querySelectorAll('#feed li.event')].map((item) => item.dataset.seq),
+          };
+        })()
+        """
+}
+
+extension BrowserPage {
+    func seen() async throws -> SeenOnPage {
+        try await evaluate(SeenOnPage.expression)
+    }
+
+    /// Polls the page until `condition` holds, up to `timeout`; returns what it shows then, and
+    /// records what it showed last when the deadline passed.
+    @discardableResult
+    func waitFor(
+        timeout: Duration = .seconds(10), _ what: String, sourceLocation: SourceLocation = #_sourceLocation,
+        _ condition: (SeenOnPage) -> Bool
+    ) async throws -> SeenOnPage {
+        let deadline = ContinuousClock.now + timeout
+        var last = try await seen()
+        while !condition(last) {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("timed out waiting for \(what); the page shows: \(last)", sourceLocation: sourceLocation)
+                throw DevToolsError(message: "timed out waiting for \(what)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+            last = try await seen()
+        }
+        return last
+    }
+}
