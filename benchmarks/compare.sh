@@ -193,7 +193,8 @@ http {
             nchan_message_timeout 60s;
         }
         location ~ ^/sub/(\\w+)\$ {
-            nchan_subscriber websocket;
+            # Both transports fanout serves: WebSocket and Server-Sent Events (EventSource).
+            nchan_subscriber websocket eventsource;
             nchan_channel_id \$1;
             # Live messages only, like a fanout subscriber without since: nothing published
             # before it connected (such as the probe below) reaches it.
@@ -226,15 +227,15 @@ RESULTS=$TMP/results
 mkdir -p "$RESULTS"
 failures=0
 
-# measure RUN PEER SUBSCRIBERS EVENTS [WRITERS]
+# measure RUN PEER TRANSPORT SUBSCRIBERS EVENTS [WRITERS]
 measure() {
-    local run=$1 peer=$2 subscribers=$3 events=$4 writers=${5:-} bench rc out
-    local args=(--subscribers "$subscribers" --events "$events" --peer "$peer")
+    local run=$1 peer=$2 transport=$3 subscribers=$4 events=$5 writers=${6:-} bench rc out
+    local args=(--subscribers "$subscribers" --events "$events" --peer "$peer" --transport "$transport")
     [ -z "$writers" ] || args+=(--writers "$writers")
     "start_$peer" "$run.$peer"
     args+=(--url "$URL" --server-pid "$SERVER_PID")
     out=$RESULTS/$run.$peer.json
-    log "$run: $peer, $subscribers subscribers, $events events${writers:+, $writers writers}"
+    log "$run: $peer, $subscribers $transport subscribers, $events events${writers:+, $writers writers}"
     timeout -k 10 "$RUN_TIMEOUT" "$BENCH" "${args[@]}" >"$out.tmp" 2>"$TMP/$run.$peer/bench.err" &
     bench=$!
     started+=("$bench")
@@ -262,12 +263,18 @@ measure() {
 
 started_at=$(date +%s)
 load_before=$(cut -d ' ' -f 1-3 /proc/loadavg)
-for peer in fanout nchan; do measure small "$peer" 100 2000 4; done
-for peer in fanout nchan; do measure large "$peer" 1000 500 4; done
-for peer in fanout nchan; do measure idle "$peer" 9000 0; done
+# Each size for both transports: WebSocket subscribers (run names without suffix), then
+# Server-Sent Events ones (-sse), against nchan's EventSource.
+for transport in websocket sse; do
+    suffix=""
+    [ "$transport" = websocket ] || suffix="-$transport"
+    for peer in fanout nchan; do measure "small$suffix" "$peer" "$transport" 100 2000 4; done
+    for peer in fanout nchan; do measure "large$suffix" "$peer" "$transport" 1000 500 4; done
+    for peer in fanout nchan; do measure "idle$suffix" "$peer" "$transport" 9000 0; done
+done
 # What subscribers cost writers: the same writes with nobody listening and with 1 000.
-measure writes0 fanout 0 2000 4
-measure writes1000 fanout 1000 2000 4
+measure writes0 fanout websocket 0 2000 4
+measure writes1000 fanout websocket 1000 2000 4
 elapsed=$(($(date +%s) - started_at))
 
 # ---------------------------------------------------------------------------------------
@@ -314,7 +321,7 @@ def ratio(a, b):
         return "-"
     return f"{a / b:.2f}×"
 
-width = 34
+width = 46
 def header(title):
     print(f"{title:<{width}}{'fanout':>14}{'nchan':>14}{'fanout/nchan':>14}")
 
@@ -338,13 +345,16 @@ def loaded(run, title):
         row(label, get(run, "fanout", *path), get(run, "nchan", *path), decimals)
     print()
 
-loaded("small", "100 subscribers × 2 000 events")
-loaded("large", "1 000 subscribers × 500 events")
+def idle(run, title):
+    header(title)
+    row("subscribers connected", get(run, "fanout", "connected"), get(run, "nchan", "connected"), 0)
+    row("RSS per idle subscriber (KiB)", rss_per_subscriber(run, "fanout"), rss_per_subscriber(run, "nchan"), 1)
+    print()
 
-header("9 000 idle subscribers")
-row("subscribers connected", get("idle", "fanout", "connected"), get("idle", "nchan", "connected"), 0)
-row("RSS per idle subscriber (KiB)", rss_per_subscriber("idle", "fanout"), rss_per_subscriber("idle", "nchan"), 1)
-print()
+for suffix, name in (("", "WebSocket"), ("-sse", "Server-Sent Events")):
+    loaded(f"small{suffix}", f"{name}: 100 subscribers × 2 000 events")
+    loaded(f"large{suffix}", f"{name}: 1 000 subscribers × 500 events")
+    idle(f"idle{suffix}", f"{name}: 9 000 idle subscribers")
 
 none, many = get("writes0", "fanout", "mutationsPerSecond"), get("writes1000", "fanout", "mutationsPerSecond")
 print(f"{'fanout writes, 2 000 mutations':<{width}}{'mutations/s':>14}")
@@ -352,8 +362,8 @@ print(f"  {'no subscribers':<{width - 2}}{fmt(none, 0):>14}")
 print(f"  {'1 000 subscribers':<{width - 2}}{fmt(many, 0):>14}")
 print(f"  {'ratio 1 000 / none':<{width - 2}}{ratio(many, none):>14}")
 
-missing = [f"{run}.{peer}" for run in ("small", "large", "idle") for peer in ("fanout", "nchan")
-           if (run, peer) not in results]
+missing = [f"{run}{suffix}.{peer}" for suffix in ("", "-sse") for run in ("small", "large", "idle")
+           for peer in ("fanout", "nchan") if (run + suffix, peer) not in results]
 missing += [f"{run}.fanout" for run in ("writes0", "writes1000") if (run, "fanout") not in results]
 if missing:
     print(f"\nfailed runs (shown as -): {', '.join(missing)}")

@@ -5,17 +5,19 @@ import Testing
 /// `fanout-bench` (benchmarks/FanoutBench) against a real server: what compare.sh relies on.
 @Suite("Bench tool", .timeLimit(.minutes(2)))
 struct BenchToolTests {
-    @Test func benchCountsEveryDeliveryAgainstARealServer() async throws {
+    @Test(arguments: ["websocket", "sse"])
+    func benchCountsEveryDeliveryAgainstARealServer(transport: String) async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
         let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
         let bench = try await runToExit("fanout-bench", [
             "--url", "http://127.0.0.1:\(server.port)", "--subscribers", "3", "--events", "20",
-            "--writers", "2", "--server-pid", "\(server.process.processIdentifier)",
+            "--writers", "2", "--transport", transport, "--server-pid", "\(server.process.processIdentifier)",
         ], timeout: .seconds(60))
         #expect(bench.status == 0, "stderr: \(bench.standardError)")
         let data = Data(bench.standardOutput.utf8)
         let report = try #require((try JSONSerialization.jsonObject(with: data)) as? [String: Any])
+        #expect(report["transport"] as? String == transport)
         #expect(report["connected"] as? Int == 3)
         #expect(report["acknowledged"] as? Int == 20)
         #expect(report["deliveries"] as? Int == 60)

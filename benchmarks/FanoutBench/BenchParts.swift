@@ -111,6 +111,7 @@ struct BenchReport: Encodable {
     }
 
     var peer: String
+    var transport: String
     var subscribers: Int
     var connected: Int
     var events: Int
@@ -135,8 +136,9 @@ struct BenchReport: Encodable {
     var serverRssKiB: Int?
     var serverRssBeforeKiB: Int?
 
-    init(peer: String, subscribers: Int, connected: Int, events: Int, writers: Int, rssBefore: Int?, rss: Int?) {
+    init(peer: String, transport: String, subscribers: Int, connected: Int, events: Int, writers: Int, rssBefore: Int?, rss: Int?) {
         self.peer = peer
+        self.transport = transport
         self.subscribers = subscribers
         self.connected = connected
         self.events = events

@@ -24,7 +24,7 @@ final class SubscriberFleet: Sendable {
     /// The subscribers of one event loop, only ever touched on that loop.
     private struct Shard: Sendable {
         let loop: any EventLoop
-        let handlers: NIOLoopBoundBox<[BenchSubscriberHandler]>
+        let handlers: NIOLoopBoundBox<[any BenchReceiver]>
 
         init(loop: any EventLoop) {
             self.loop = loop
@@ -104,6 +104,13 @@ final class SubscriberFleet: Sendable {
         let bootstrap = ClientBootstrap(group: group)
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if target.transport == .sse {
+                        // A stream: the handler sends the request and settles on its first event.
+                        let handler = BenchEventStreamHandler(peer: target.peer, request: endpoint.streamRequest, settle: settle)
+                        try channel.pipeline.syncOperations.addHandler(handler)
+                        try self.shard(of: channel).handlers.value.append(handler)
+                        return
+                    }
                     try self.configureUpgrade(of: channel, endpoint: endpoint, settle: settle).whenComplete { result in
                         // Upgraded: the handler settles (fanout: on the welcome). Refused or failed: over.
                         if case .success(true) = result { return }
@@ -127,9 +134,7 @@ final class SubscriberFleet: Sendable {
         of channel: any Channel, endpoint: Endpoint, settle: @escaping @Sendable (_ ready: Bool) -> Void
     ) throws -> EventLoopFuture<Bool> {
         let peer = target.peer
-        guard let shard = shards.first(where: { $0.loop === channel.eventLoop }) else {
-            throw BenchFailure("a channel on an event loop outside the fleet's group")
-        }
+        let shard = try shard(of: channel)
         let upgrader = NIOTypedWebSocketClientUpgrader<Bool>(maxFrameSize: Self.maxFrameSize) { channel, _ in
             channel.eventLoop.makeCompletedFuture {
                 let handler = BenchSubscriberHandler(peer: peer, settle: settle)
@@ -145,6 +150,13 @@ final class SubscriberFleet: Sendable {
         // fanout-server may send its welcome in the same read as its 101 response.
         configuration.leftOverBytesStrategy = .forwardBytes
         return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(configuration: configuration)
+    }
+
+    private func shard(of channel: any Channel) throws -> Shard {
+        guard let shard = shards.first(where: { $0.loop === channel.eventLoop }) else {
+            throw BenchFailure("a channel on an event loop outside the fleet's group")
+        }
+        return shard
     }
 
     /// Waits until every subscriber has received every seq in `expected`, or `timeout` passes.
@@ -186,6 +198,8 @@ private struct Endpoint: Sendable {
     /// The host as an IP address; a name is resolved at each connection instead.
     let address: SocketAddress?
     let requestHead: HTTPRequestHead
+    /// The same request asking for an event stream, as bytes.
+    let streamRequest: ByteBuffer
 
     init(_ target: BenchTarget) throws {
         let url = target.subscribeURL
@@ -205,6 +219,9 @@ private struct Endpoint: Sendable {
         let path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         let uri = components.percentEncodedQuery.map { "\(path)?\($0)" } ?? path
         requestHead = HTTPRequestHead(version: .http1_1, method: .GET, uri: uri, headers: headers)
+        var stream = "GET \(uri) HTTP/1.1\r\nAccept: text/event-stream\r\n"
+        for header in headers { stream += "\(header.name): \(header.value)\r\n" }
+        streamRequest = ByteBuffer(string: stream + "\r\n")
     }
 }
 
@@ -212,7 +229,7 @@ private struct Endpoint: Sendable {
 /// subscribes and heartbeats (fanout), answers pings and closes.
 ///
 /// Lives on its channel's event loop, like everything it owns.
-final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandler {
+final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandler, BenchReceiver {
     typealias InboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
 
@@ -344,5 +361,109 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
     /// A final frame from a client: masked, as RFC 6455 requires (the encoder applies the key).
     private static func frame(_ opcode: WebSocketOpcode, _ data: ByteBuffer) -> WebSocketFrame {
         WebSocketFrame(fin: true, opcode: opcode, maskKey: .random(), data: data)
+    }
+}
+
+/// What the fleet reads of each subscriber, on its loop, when the run is over.
+protocol BenchReceiver: AnyObject {
+    var receipts: [Receipt] { get }
+    var isReady: Bool { get }
+}
+
+/// One bench subscriber as an event stream (`Accept: text/event-stream`): sends the request,
+/// skips the response head, and records each event's seq from its `data:` line as it arrives.
+/// Ready on fanout's first event, or on nchan's response head (subscribed as soon as answered),
+/// so writes start only once every stream is open. Each byte is looked at once: lines are cut
+/// as they complete, and only a `data:` line, or a line split across reads, is copied.
+final class BenchEventStreamHandler: ChannelInboundHandler, BenchReceiver {
+    typealias InboundIn = ByteBuffer
+
+    private static let headEnd = Array("\r\n\r\n".utf8)
+    private static let ok = Array("HTTP/1.1 200".utf8)
+    private static let dataField = Array("data: ".utf8)
+
+    private(set) var receipts: [Receipt] = []
+    private(set) var isReady = false
+
+    private let peer: FanoutBench.Peer
+    private let request: ByteBuffer
+    private let settle: @Sendable (_ ready: Bool) -> Void
+    /// The response head until it is complete, then the start of a line split across reads.
+    private var partial: [UInt8] = []
+    private var headRead = false
+    /// The current event's `data:` line, once seen.
+    private var dataLine: [UInt8] = []
+
+    init(peer: FanoutBench.Peer, request: ByteBuffer, settle: @escaping @Sendable (_ ready: Bool) -> Void) {
+        self.peer = peer
+        self.request = request
+        self.settle = settle
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.writeAndFlush(NIOAny(request), promise: nil)
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let now = ContinuousClock.now
+        var buffer = unwrapInboundIn(data)
+        if !headRead {
+            partial += buffer.readableBytesView
+            guard let end = partial.firstRange(of: Self.headEnd) else { return }
+            guard partial.starts(with: Self.ok) else {
+                settle(false)
+                context.close(promise: nil)
+                return
+            }
+            headRead = true
+            buffer = ByteBuffer(bytes: partial[end.upperBound...])
+            partial.removeAll()
+            if peer == .nchan { becomeReady() }
+        }
+        buffer.withUnsafeReadableBytes { bytes in
+            var lineStart = 0
+            for index in bytes.indices where bytes[index] == UInt8(ascii: "\n") {
+                if partial.isEmpty {
+                    line(UnsafeRawBufferPointer(rebasing: bytes[lineStart..<index]), at: now)
+                } else {
+                    partial += bytes[lineStart..<index]
+                    let whole = partial
+                    partial.removeAll(keepingCapacity: true)
+                    whole.withUnsafeBytes { line($0, at: now) }
+                }
+                lineStart = index + 1
+            }
+            partial += bytes[lineStart...]
+        }
+    }
+
+    /// One line of the stream, without its newline: an empty one ends an event.
+    private func line(_ line: UnsafeRawBufferPointer, at now: ContinuousClock.Instant) {
+        if line.isEmpty || (line.count == 1 && line[0] == UInt8(ascii: "\r")) {
+            guard !dataLine.isEmpty else { return }
+            becomeReady()
+            if BenchTarget.isDelivery(dataLine, from: peer), let seq = BenchTarget.seq(in: dataLine) {
+                receipts.append(Receipt(seq: seq, at: now))
+            }
+            dataLine.removeAll(keepingCapacity: true)
+        } else if line.starts(with: Self.dataField) {
+            dataLine.append(contentsOf: line.dropFirst(Self.dataField.count))
+        }
+    }
+
+    private func becomeReady() {
+        guard !isReady else { return }
+        isReady = true
+        settle(true)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if !isReady { settle(false) }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
     }
 }

@@ -61,6 +61,13 @@ struct FanoutBench: AsyncParsableCommand {
     @Option(help: "Threads receiving for the subscribers (default: half the cores, at least 1).")
     var receiveThreads: Int?
 
+    @Option(help: "How the subscribers receive: websocket, or sse (Server-Sent Events; for nchan, its EventSource).")
+    var transport: Transport = .websocket
+
+    enum Transport: String, ExpressibleByArgument, CaseIterable, Sendable {
+        case websocket, sse
+    }
+
     func validate() throws {
         guard let components = URLComponents(string: url), ["http", "https"].contains(components.scheme ?? "") else {
             throw ValidationError("--url must be the server's http:// URL (got \(url))")
@@ -72,7 +79,7 @@ struct FanoutBench: AsyncParsableCommand {
 
     func run() async throws {
         let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
-        let target = BenchTarget(peer: peer, baseURL: url, token: token)
+        let target = BenchTarget(peer: peer, transport: transport, baseURL: url, token: token)
         let server = ProcessMeter(pids: serverPIDs)
         // This process too: what receiving and writing cost the bench itself.
         let bench = ProcessMeter(pids: [getpid()])
@@ -84,7 +91,7 @@ struct FanoutBench: AsyncParsableCommand {
         guard events > 0 else {
             try await Task.sleep(for: .seconds(1))  // let the server settle its buffers
             let report = BenchReport(
-                peer: peer.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: 0, writers: writers,
+                peer: peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: 0, writers: writers,
                 rssBefore: rssBefore, rss: server.rssKiB())
             print(report.json())
             Foundation.exit(0)
@@ -102,7 +109,7 @@ struct FanoutBench: AsyncParsableCommand {
         let benchCpuAfter = bench.cpuSeconds()
 
         var report = BenchReport(
-            peer: peer.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: events, writers: writers,
+            peer: peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: events, writers: writers,
             rssBefore: rssBefore, rss: server.rssKiB())
         report.record(writes: writes, receipts: await fleet.receipts(), start: start, writesDone: writesDone, clock: clock)
         if let cpuBefore, let cpuAfter {
@@ -120,6 +127,7 @@ struct FanoutBench: AsyncParsableCommand {
 /// Where to subscribe and how to write, per peer.
 struct BenchTarget: Sendable {
     let peer: FanoutBench.Peer
+    let transport: FanoutBench.Transport
     let baseURL: String
     let token: String?
 
