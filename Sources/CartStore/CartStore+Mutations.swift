@@ -140,48 +140,51 @@ extension CartStore {
                 "cart \(cartID) is at version \(before.version), not \(expectedVersion)")
         }
         let change = try decide(before)
-        var eventRow = try CartEventRow(
-            cartID: cartID, change: change, cartVersion: before.version + 1,
-            committedAt: Date().millisecondsSince1970)
+        let encodedChange = try EventJSON.change(change)
+        let committedAt = Date().millisecondsSince1970
         // Validators see the outcome before anything is written; a throw rolls back.
         let pending = CartEvent(
-            seq: 0, cartID: cartID, change: change, encodedChange: eventRow.change, version: eventRow.cartVersion,
-            committedAt: Date(millisecondsSince1970: eventRow.committedAt))
+            seq: 0, cartID: cartID, change: change, encodedChange: encodedChange, version: before.version + 1,
+            committedAt: Date(millisecondsSince1970: committedAt))
         var after = before
         after.apply(pending)
         let proposal = CartChangeProposal(cartID: cartID, change: change, before: before, after: after)
         try observers.forEachNow { try $0.cartStore(self, validate: proposal) }
 
-        try eventRow.insert(db)
+        // Every statement of a mutation is prepared once per connection and reused: parsing
+        // and planning SQL was a sixth of a mutation's CPU.
+        try db.cachedStatement(sql: """
+            INSERT INTO cart_events (cart_id, kind, change, cart_version, committed_at) VALUES (?, ?, ?, ?, ?)
+            """).execute(arguments: [cartID, change.kind.rawValue, encodedChange, after.version, committedAt])
         var event = pending
         event.seq = db.lastInsertedRowID
-        try CartRow(id: cartID, version: after.version).upsert(db)
+        try db.cachedStatement(sql: """
+            INSERT INTO carts (id, version) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET version = excluded.version
+            """).execute(arguments: [cartID, after.version])
         try Self.write(change, of: cartID, position: event.seq, db)
         return CartCommit(cart: after, event: event)
     }
 
     private static func write(_ change: CartChange, of cartID: String, position: Int64, _ db: Database) throws {
-        let lines = CartItemRow.filter(CartItemRow.Columns.cartID == cartID)
         switch change {
         case .itemAdded(let item, _):
             // Upsert that keeps an existing line's position.
-            try db.execute(
-                sql: """
-                    INSERT INTO cart_items (cart_id, sku, quantity, unit_price_cents, name, position)
-                    VALUES (?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (cart_id, sku) DO UPDATE SET
-                        quantity = excluded.quantity,
-                        unit_price_cents = excluded.unit_price_cents,
-                        name = excluded.name
-                    """,
-                arguments: [cartID, item.sku, item.quantity, item.unitPriceCents, item.name, position])
+            try db.cachedStatement(sql: """
+                INSERT INTO cart_items (cart_id, sku, quantity, unit_price_cents, name, position)
+                VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (cart_id, sku) DO UPDATE SET
+                    quantity = excluded.quantity,
+                    unit_price_cents = excluded.unit_price_cents,
+                    name = excluded.name
+                """).execute(arguments: [cartID, item.sku, item.quantity, item.unitPriceCents, item.name, position])
         case .quantityChanged(let sku, let quantity):
-            try lines.filter(CartItemRow.Columns.sku == sku)
-                .updateAll(db, CartItemRow.Columns.quantity.set(to: quantity))
+            try db.cachedStatement(sql: "UPDATE cart_items SET quantity = ? WHERE cart_id = ? AND sku = ?")
+                .execute(arguments: [quantity, cartID, sku])
         case .itemRemoved(let sku):
-            try lines.filter(CartItemRow.Columns.sku == sku).deleteAll(db)
+            try db.cachedStatement(sql: "DELETE FROM cart_items WHERE cart_id = ? AND sku = ?")
+                .execute(arguments: [cartID, sku])
         case .cartCleared:
-            try lines.deleteAll(db)
+            try db.cachedStatement(sql: "DELETE FROM cart_items WHERE cart_id = ?").execute(arguments: [cartID])
         }
     }
 

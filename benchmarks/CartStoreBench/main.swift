@@ -1,7 +1,7 @@
 // cartstore-bench: what it costs to tell observers about a commit, and how many commits a
 // store makes per second.
 //
-//     swift run -c release cartstore-bench
+//     swift run -c release cartstore-bench [delivery] [mutations]   (default: both parts)
 //
 // Part 1 times one delivery (one event to one observer) through the store's weak
 // `ObserverSet` and through the alternatives a Swift developer would reach for: a plain array
@@ -18,11 +18,16 @@ import OpenCombine
 @main
 struct CartStoreBench {
     static func main() async throws {
+        // `cartstore-bench mutations` runs part 2 only (for a profiler).
+        let parts = Set(CommandLine.arguments.dropFirst())
         print("cartstore-bench: \(ProcessInfo.processInfo.activeProcessorCount) cores, best of \(Timing.runs) runs")
         print()
-        let delivery = try DeliveryBenchmark.run()
-        delivery.printReport()
-        print()
+        if parts.isEmpty || parts.contains("delivery") {
+            let delivery = try DeliveryBenchmark.run()
+            delivery.printReport()
+            print()
+        }
+        guard parts.isEmpty || parts.contains("mutations") else { return }
         let mutations = try await MutationBenchmark.run()
         MutationBenchmark.printReport(mutations)
     }
@@ -324,6 +329,17 @@ enum MutationBenchmark {
         var observers: Int
         var mutations: Int
         var seconds: Double
+        /// User + system CPU of the whole process over the timed mutations: the caller, the
+        /// store's writer thread and the kernel's share (the WAL writes and syncs).
+        var cpuSeconds: Double
+    }
+
+    /// User + system CPU of this process so far.
+    static func processCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 
     static func run() async throws -> [Result] {
@@ -366,6 +382,7 @@ enum MutationBenchmark {
 
         for _ in 0..<warmUpMutations { try await mutate() }
         let clock = ContinuousClock()
+        let cpuBefore = processCPUSeconds()
         let start = clock.now
         let deadline = start + .seconds(deadlineSeconds)
         var timed = 0
@@ -374,18 +391,19 @@ enum MutationBenchmark {
             timed += 1
         }
         let seconds = Timing.seconds(clock.now - start)
+        let cpuSeconds = processCPUSeconds() - cpuBefore
         try store.close()
 
         guard observers.allSatisfy({ $0.total == seqSum }) else {
             fatalError("\(backing.label), \(n) observers: an observer missed or repeated events")
         }
-        return Result(backing: backing, observers: n, mutations: timed, seconds: seconds)
+        return Result(backing: backing, observers: n, mutations: timed, seconds: seconds, cpuSeconds: cpuSeconds)
     }
 
     static func printReport(_ results: [Result]) {
         print("Mutations: sequential `try await store.addItem(...)`, one event each, synchronous observers")
         let header = pad("store", -26) + pad("observers", 11) + pad("mutations", 11)
-            + pad("mutations/s", 13) + pad("µs/mutation", 13)
+            + pad("mutations/s", 13) + pad("µs/mutation", 13) + pad("CPU µs/mutation", 17)
         print(header)
         print(String(repeating: "-", count: header.count))
         for result in results {
@@ -393,7 +411,8 @@ enum MutationBenchmark {
             print(
                 pad(result.backing.label, -26) + pad(grouped(result.observers), 11)
                 + pad(grouped(result.mutations), 11) + pad(grouped(Int(rate.rounded())), 13)
-                + pad(String(format: "%.1f", 1e6 / rate), 13))
+                + pad(String(format: "%.1f", 1e6 / rate), 13)
+                + pad(String(format: "%.1f", result.cpuSeconds * 1e6 / Double(result.mutations)), 17))
         }
     }
 }

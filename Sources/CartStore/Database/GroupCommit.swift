@@ -71,13 +71,7 @@ final class GroupCommit: Sendable {
         try db.inTransaction(.immediate) {
             for body in bodies {
                 do {
-                    var commit: CartCommit?
-                    try db.inSavepoint {
-                        commit = try body(db)
-                        return .commit
-                    }
-                    guard let commit else { preconditionFailure("savepoint released without a result") }
-                    outcomes.append(.success(commit))
+                    outcomes.append(.success(try Self.inSavepoint(db) { try body(db) }))
                 } catch {
                     // Some SQLite errors (disk full, I/O) roll the whole transaction back: then
                     // the batch's earlier changes are gone too, and it fails as one.
@@ -88,5 +82,26 @@ final class GroupCommit: Sendable {
             return .commit
         }
         return outcomes
+    }
+
+    /// Runs `body` in a savepoint: released when it returns, rolled back when it throws. The
+    /// three statements are prepared once per connection (GRDB's `inSavepoint` parses them on
+    /// every call).
+    private static func inSavepoint<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+        try db.cachedStatement(sql: "SAVEPOINT mutation").execute()
+        let result: T
+        do {
+            result = try body()
+        } catch {
+            // A failed statement may already have rolled the whole transaction back; then
+            // there is no savepoint left, and the caller sees the transaction gone.
+            if db.isInsideTransaction {
+                try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT mutation").execute()
+                try db.cachedStatement(sql: "RELEASE SAVEPOINT mutation").execute()
+            }
+            throw error
+        }
+        try db.cachedStatement(sql: "RELEASE SAVEPOINT mutation").execute()
+        return result
     }
 }

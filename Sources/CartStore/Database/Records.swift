@@ -45,7 +45,7 @@ struct CartItemRow: Codable, FetchableRecord, PersistableRecord {
 }
 
 /// A row of `cart_events`, the durable event log.
-struct CartEventRow: Codable, FetchableRecord, MutablePersistableRecord {
+struct CartEventRow: Decodable, FetchableRecord, TableRecord {
     static let databaseTableName = "cart_events"
     var seq: Int64?
     var cartID: String
@@ -67,18 +67,6 @@ struct CartEventRow: Codable, FetchableRecord, MutablePersistableRecord {
         static let seq = Column(CodingKeys.seq)
         static let cartID = Column(CodingKeys.cartID)
         static let committedAt = Column(CodingKeys.committedAt)
-    }
-
-    mutating func didInsert(_ inserted: InsertionSuccess) {
-        seq = inserted.rowID
-    }
-
-    init(cartID: String, change: CartChange, cartVersion: Int64, committedAt: Int64) throws {
-        self.cartID = cartID
-        self.kind = change.kind.rawValue
-        self.change = try EventJSON.change(change)
-        self.cartVersion = cartVersion
-        self.committedAt = committedAt
     }
 
     func event() throws -> CartEvent {
