@@ -140,7 +140,7 @@ extension CartStore {
                 "cart \(cartID) is at version \(before.version), not \(expectedVersion)")
         }
         let change = try decide(before)
-        let encodedChange = try EventJSON.change(change)
+        let encodedChange = EventJSON.change(change)
         let committedAt = Date().millisecondsSince1970
         // Validators see the outcome before anything is written; a throw rolls back.
         let pending = CartEvent(

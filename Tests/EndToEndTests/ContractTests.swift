@@ -58,7 +58,7 @@ enum Schemathesis {
         let base = "http://127.0.0.1:\(server.port)"
 
         let report = directory.appending(path: "schemathesis.txt")
-        FileManager.default.createFile(atPath: report.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: report.path, contents: nil)
         let output = try FileHandle(forWritingTo: report)
         let process = Process()
         process.executableURL = schemathesis

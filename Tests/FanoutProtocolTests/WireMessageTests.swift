@@ -71,16 +71,52 @@ struct EventJSONTests {
     @Test(arguments: events)
     func theEventMessageIsByteForByteWhatTheEncoderWrites(event: CartEvent) throws {
         let encoded = try FanoutJSON.encoder().encode(ServerMessage.event(event))
-        #expect(try EventJSON.message(event) == Array(encoded))
+        #expect(EventJSON.message(event) == Array(encoded))
         // And around a change encoded beforehand, as the store hands it over.
-        let stored = CartEvent(seq: event.seq, cartID: event.cartID, change: event.change, encodedChange: try EventJSON.change(event.change), version: event.version, committedAt: event.committedAt)
-        #expect(try EventJSON.message(stored) == Array(encoded))
+        let stored = CartEvent(seq: event.seq, cartID: event.cartID, change: event.change, encodedChange: EventJSON.change(event.change), version: event.version, committedAt: event.committedAt)
+        #expect(EventJSON.message(stored) == Array(encoded))
         #expect(stored == event, "the encoded change is not part of the event's value")
     }
 
     @Test func changingTheChangeForgetsItsEncoding() throws {
         var event = CartEvent(seq: 1, cartID: "c", change: .cartCleared, encodedChange: #"{"kind":"cartCleared"}"#, version: 1, committedAt: Date(timeIntervalSince1970: 0))
         event.change = .itemRemoved(sku: "x")
-        #expect(try EventJSON.message(event) == Array(try FanoutJSON.encoder().encode(ServerMessage.event(event))))
+        #expect(EventJSON.message(event) == Array(try FanoutJSON.encoder().encode(ServerMessage.event(event))))
+    }
+}
+
+@Suite("JSON bytes")
+struct JSONBytesTests {
+    /// Every control character, quote, backslash, slash, DEL, non-ASCII and an emoji.
+    static let awkward = String(decoding: (0..<0x20).map { UInt8($0) }, as: UTF8.self) + #""\/ \#u{7F} é ü ÿ 中 \#u{2028} 🍏 end"#
+
+    static let carts: [Cart] = [
+        Cart(id: "empty", version: 0, items: []),
+        Cart(id: "alice", version: 3, items: [
+            CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Green / \"Granny\""),
+            CartItem(sku: "pear", quantity: 10_000, unitPriceCents: 1_000_000_000),
+        ]),
+        Cart(id: "b.c_d-1", version: 9_007_199_254_740_993, items: [
+            CartItem(sku: awkward, quantity: 1, unitPriceCents: 0, name: awkward),
+        ]),
+    ]
+
+    @Test(arguments: carts)
+    func aMutationAnswerIsByteForByteWhatTheEncoderWrites(cart: Cart) throws {
+        let answer = MutationResponse(cart: cart, seq: 12_345, deliveredTo: 1_000)
+        let json = answer.json()
+        #expect(json == Array(try FanoutJSON.encoder().encode(answer)), "\(String(decoding: json, as: UTF8.self))")
+        #expect(try FanoutJSON.decoder().decode(MutationResponse.self, from: Data(json)) == answer)
+    }
+
+    @Test(arguments: [
+        CartChange.itemAdded(item: CartItem(sku: awkward, quantity: 3, unitPriceCents: 7, name: awkward), addedQuantity: 1),
+        .itemAdded(item: CartItem(sku: "s", quantity: 1, unitPriceCents: 1), addedQuantity: 1),
+        .quantityChanged(sku: awkward, quantity: 0),
+        .itemRemoved(sku: awkward),
+        .cartCleared,
+    ])
+    func aChangeIsByteForByteWhatTheEncoderWrites(change: CartChange) throws {
+        #expect(Array(EventJSON.change(change).utf8) == Array(try FanoutJSON.encoder().encode(change)))
     }
 }

@@ -14,8 +14,12 @@ struct FanoutRequestContext: RequestContext {
     }
 
     var maxUploadSize: Int { Self.maxBodySize }
-    var requestDecoder: JSONDecoder { FanoutJSON.decoder() }
-    var responseEncoder: JSONEncoder { FanoutJSON.encoder() }
+    var requestDecoder: JSONDecoder { Self.decoder }
+    var responseEncoder: JSONEncoder { Self.encoder }
+
+    /// One of each for every request (they hold only their settings).
+    static let decoder = FanoutJSON.decoder()
+    static let encoder = FanoutJSON.encoder()
 }
 
 extension Request {
@@ -23,6 +27,6 @@ extension Request {
     /// `ErrorMiddleware`, an oversized body a 413.
     func decodeJSON<T: Decodable>(_ type: T.Type, context: FanoutRequestContext) async throws -> T {
         let body = try await self.body.collect(upTo: context.maxUploadSize)
-        return try FanoutJSON.decoder().decode(T.self, from: body)
+        return try FanoutRequestContext.decoder.decode(T.self, from: body)
     }
 }

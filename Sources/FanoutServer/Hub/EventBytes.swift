@@ -57,7 +57,7 @@ enum ServerEncoding {
 
     /// An event message, around the change JSON it carries from the log (no encoder involved).
     static func event(_ event: CartEvent) -> WireMessage {
-        let json = (try? EventJSON.message(event)).map { ByteBuffer(bytes: $0) } ?? encode(.event(event))
+        let json = ByteBuffer(bytes: EventJSON.message(event))
         return WireMessage(type: .event, json: json, seq: event.seq)
     }
 
