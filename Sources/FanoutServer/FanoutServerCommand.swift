@@ -75,6 +75,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.allowedHosts = Set(allowedHosts)
         configuration.logLevel = (logLevel ?? environment["LOG_LEVEL"]).flatMap(Logger.Level.init(rawValue:)) ?? .info
 
+        LoggingSystem.bootstrap { label in ServerLogHandler(label: label) }
         var logger = Logger(label: "fanout")
         logger.logLevel = configuration.logLevel
         // Connections beyond the descriptors left wait in the listen backlog, instead of
