@@ -2,13 +2,15 @@
 # Side-by-side benchmark of fanout-server against nchan (the nginx pub/sub module), on
 # 127.0.0.1 only. Usage: bash benchmarks/compare.sh   (see benchmarks/README.md)
 #
-# Environment: SCRATCH (build folder, default .build-release), RUN_TIMEOUT (seconds one
-# measurement may take, default 300), BUILD_TIMEOUT (default 3600).
+# Environment: RUNS (rounds of every measurement, default 3), SCRATCH (build folder, default
+# .build-release), RUN_TIMEOUT (seconds one measurement may take, default 300), BUILD_TIMEOUT
+# (default 3600).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
 SCRATCH=${SCRATCH:-.build-release}
+RUNS=${RUNS:-3}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-3600}
 NCHAN_MODULE=/usr/lib/nginx/modules/ngx_nchan_module.so
@@ -110,13 +112,14 @@ ulimit -n "$FD_LIMIT" 2>/dev/null || ulimit -Sn "$FD_LIMIT" \
 # ---------------------------------------------------------------------------------------
 # Release binaries, in their own scratch folder so they never disturb a debug build.
 
-for product in fanout-server fanout-bench; do
+for product in fanout-server fanout-bench cartstore-bench; do
     log "building $product (release, $SCRATCH)"
     timeout "$BUILD_TIMEOUT" swift build -c release --scratch-path "$SCRATCH" --product "$product" >&2
 done
 BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
 SERVER=$BIN/fanout-server
 BENCH=$BIN/fanout-bench
+STORE_BENCH=$BIN/cartstore-bench
 "$BENCH" --help >/dev/null 2>&1 || die "$BENCH does not run"
 
 # ---------------------------------------------------------------------------------------
@@ -227,16 +230,17 @@ RESULTS=$TMP/results
 mkdir -p "$RESULTS"
 failures=0
 
-# measure RUN PEER TRANSPORT SUBSCRIBERS EVENTS [WRITERS]
+# measure RUN PEER TRANSPORT SUBSCRIBERS EVENTS [WRITERS]   (in round $ROUND)
 measure() {
     local run=$1 peer=$2 transport=$3 subscribers=$4 events=$5 writers=${6:-} bench rc out
     local args=(--subscribers "$subscribers" --events "$events" --peer "$peer" --transport "$transport")
     [ -z "$writers" ] || args+=(--writers "$writers")
-    "start_$peer" "$run.$peer"
+    local name=$run.$peer.$ROUND
+    "start_$peer" "$name"
     args+=(--url "$URL" --server-pid "$SERVER_PID")
-    out=$RESULTS/$run.$peer.json
-    log "$run: $peer, $subscribers $transport subscribers, $events events${writers:+, $writers writers}"
-    timeout -k 10 "$RUN_TIMEOUT" "$BENCH" "${args[@]}" >"$out.tmp" 2>"$TMP/$run.$peer/bench.err" &
+    out=$RESULTS/$name.json
+    log "round $ROUND/$RUNS, $run: $peer, $subscribers $transport subscribers, $events events${writers:+, $writers writers}"
+    timeout -k 10 "$RUN_TIMEOUT" "$BENCH" "${args[@]}" >"$out.tmp" 2>"$TMP/$name/bench.err" &
     bench=$!
     started+=("$bench")
     if wait "$bench"; then rc=0; else rc=$?; fi
@@ -245,8 +249,8 @@ measure() {
     [ "$SERVER_PID" = "$STOP_PID" ] || reap_worker "$SERVER_PID"
     # Warnings from the server (slow-consumer drops, nchan shared-memory trouble) explain
     # odd numbers, and the temp dir holding them is deleted at exit.
-    local logfile=$TMP/$run.$peer/stderr
-    [ "$peer" = nchan ] && logfile=$TMP/$run.$peer/error.log
+    local logfile=$TMP/$name/stderr
+    [ "$peer" = nchan ] && logfile=$TMP/$name/error.log
     if [ -s "$logfile" ]; then
         log "  the server logged $(wc -l <"$logfile") line(s); the last ones:"
         tail -n 3 "$logfile" | cut -c 1-300 >&2
@@ -256,124 +260,67 @@ measure() {
     else
         failures=$((failures + 1))
         [ "$rc" -eq 124 ] && log "  timed out after ${RUN_TIMEOUT} s" || log "  failed (exit $rc)"
-        tail -n 20 "$TMP/$run.$peer/bench.err" >&2 || true
+        tail -n 20 "$TMP/$name/bench.err" >&2 || true
         rm -f "$out.tmp"
     fi
 }
 
 started_at=$(date +%s)
 load_before=$(cut -d ' ' -f 1-3 /proc/loadavg)
-# Each size for both transports: WebSocket subscribers (run names without suffix), then
-# Server-Sent Events ones (-sse), against nchan's EventSource.
-for transport in websocket sse; do
-    suffix=""
-    [ "$transport" = websocket ] || suffix="-$transport"
-    for peer in fanout nchan; do measure "small$suffix" "$peer" "$transport" 100 2000 4; done
-    for peer in fanout nchan; do measure "large$suffix" "$peer" "$transport" 1000 500 4; done
-    for peer in fanout nchan; do measure "idle$suffix" "$peer" "$transport" 9000 0; done
+# RUNS rounds; in each, every measurement once, the two peers one after the other, so that
+# both see the same machine and the ratios of one round compare like with like.
+for ROUND in $(seq "$RUNS"); do
+    # Each size for both transports: WebSocket subscribers (run names without suffix), then
+    # Server-Sent Events ones (-sse), against nchan's EventSource.
+    for transport in websocket sse; do
+        suffix=""
+        [ "$transport" = websocket ] || suffix="-$transport"
+        for peer in fanout nchan; do measure "small$suffix" "$peer" "$transport" 100 2000 4; done
+        for peer in fanout nchan; do measure "large$suffix" "$peer" "$transport" 1000 500 4; done
+        for peer in fanout nchan; do measure "idle$suffix" "$peer" "$transport" 9000 0; done
+    done
+    # Saturation: more writers than the cores can serve, so the server's fan-out is the limit.
+    for peer in fanout nchan; do measure saturation "$peer" websocket 1000 2000 16; done
+    # What one HTTP mutation costs the server, nobody listening; and what the store alone
+    # costs (cartstore-bench: sequential mutations, durability .full, no observers).
+    measure mutations fanout websocket 0 10000 4
+    log "round $ROUND/$RUNS, store: cartstore-bench mutations"
+    if store_cpu=$(timeout "$RUN_TIMEOUT" "$STORE_BENCH" mutations | awk '/^file, durability .full +0 / { print $NF }') && [ -n "$store_cpu" ]; then
+        echo "{\"peer\":\"fanout\",\"storeCpuMicrosPerMutation\":$store_cpu}" >"$RESULTS/store.fanout.$ROUND.json"
+    else
+        failures=$((failures + 1))
+        log "  cartstore-bench failed"
+    fi
 done
-# What subscribers cost writers: the same writes with nobody listening and with 1 000.
-measure writes0 fanout websocket 0 2000 4
-measure writes1000 fanout websocket 1000 2000 4
 elapsed=$(($(date +%s) - started_at))
 
 # ---------------------------------------------------------------------------------------
-# The table, on stdout and in benchmarks/results/latest.txt, followed by the raw JSON lines
-# (the temp dir that held them is deleted at exit).
+# The JSON lines of every measurement, kept as benchmarks/results/<time>-<commit>.jsonl, and
+# the table (benchmarks/report.py) on stdout and in benchmarks/results/latest.txt.
 
 mkdir -p benchmarks/results
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$([ -z "$(git status --porcelain -- Sources Package.swift 2>/dev/null)" ] || echo ' with uncommitted changes')
+lines=benchmarks/results/$(date -u '+%Y%m%dT%H%M')-$commit.jsonl
+python3 - "$RESULTS" "$commit$dirty" >"$lines" <<'PY'
+import json, os, sys
+for name in sorted(os.listdir(sys.argv[1])):
+    if name.endswith(".json"):
+        run, peer, rnd, _ = name.split(".")
+        with open(os.path.join(sys.argv[1], name)) as f:
+            result = json.loads(f.read())
+        print(json.dumps({"run": run, "round": int(rnd), "commit": sys.argv[2], **result}, separators=(",", ":")))
+PY
 {
-    echo "fanout-server vs nchan, $(date -u '+%Y-%m-%d %H:%M UTC'), measurements took ${elapsed} s"
+    echo "fanout-server vs nchan, $(date -u '+%Y-%m-%d %H:%M UTC'), $RUNS round(s), measurements took ${elapsed} s"
     echo "machine: $(nproc) cores, $(grep -m 1 'model name' /proc/cpuinfo | sed 's/.*: //'), Linux $(uname -r)," \
         "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), load average $load_before before, $(cut -d ' ' -f 1-3 /proc/loadavg) after"
-    echo "versions: $("$NGINX" -v 2>&1 | sed 's/.*: //'), nchan $(dpkg-query -W -f '${Version}' libnginx-mod-nchan 2>/dev/null || echo '?')," \
-        "fanout $(git rev-parse --short HEAD 2>/dev/null || echo '?')$([ -z "$(git status --porcelain -- Sources Package.swift 2>/dev/null)" ] || echo ' with uncommitted changes')"
+    echo "versions: $("$NGINX" -v 2>&1 | sed 's/.*: //'), nchan $(dpkg-query -W -f '${Version}' libnginx-mod-nchan 2>/dev/null || echo '?'), fanout $commit$dirty"
+    echo "raw results: $lines"
     echo
-    python3 - "$RESULTS" <<'PY'
-import json, os, sys
-
-results = {}
-for name in os.listdir(sys.argv[1]):
-    if name.endswith(".json"):
-        run, peer, _ = name.split(".")
-        with open(os.path.join(sys.argv[1], name)) as f:
-            results[(run, peer)] = json.loads(f.read())
-
-def get(run, peer, *path):
-    value = results.get((run, peer))
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
-
-def rss_per_subscriber(run, peer):
-    r = results.get((run, peer))
-    if not r or r.get("serverRssKiB") is None or r.get("serverRssBeforeKiB") is None or not r.get("connected"):
-        return None
-    return (r["serverRssKiB"] - r["serverRssBeforeKiB"]) / r["connected"]
-
-def fmt(value, decimals):
-    if value is None:
-        return "-"
-    return f"{value:,.{decimals}f}".replace(",", " ")
-
-def ratio(a, b):
-    if a is None or b is None or b == 0:
-        return "-"
-    return f"{a / b:.2f}×"
-
-width = 46
-def header(title):
-    print(f"{title:<{width}}{'fanout':>14}{'nchan':>14}{'fanout/nchan':>14}")
-
-def row(label, a, b, decimals):
-    print(f"  {label:<{width - 2}}{fmt(a, decimals):>14}{fmt(b, decimals):>14}{ratio(a, b):>14}")
-
-def loaded(run, title):
-    header(title)
-    for label, path, decimals in [
-        ("subscribers connected", ("connected",), 0),
-        ("writes acknowledged", ("acknowledged",), 0),
-        ("deliveries/s", ("deliveriesPerSecond",), 0),
-        ("latency p50 (ms)", ("latencyMs", "p50"), 2),
-        ("latency p99 (ms)", ("latencyMs", "p99"), 2),
-        ("latency max (ms)", ("latencyMs", "max"), 2),
-        ("lost", ("lost",), 0),
-        ("duplicated", ("duplicated",), 0),
-        ("server CPU per delivery (µs)", ("serverCpuMicrosPerDelivery",), 2),
-        ("bench CPU per delivery (µs)", ("clientCpuMicrosPerDelivery",), 2),
-    ]:
-        row(label, get(run, "fanout", *path), get(run, "nchan", *path), decimals)
-    print()
-
-def idle(run, title):
-    header(title)
-    row("subscribers connected", get(run, "fanout", "connected"), get(run, "nchan", "connected"), 0)
-    row("RSS per idle subscriber (KiB)", rss_per_subscriber(run, "fanout"), rss_per_subscriber(run, "nchan"), 1)
-    print()
-
-for suffix, name in (("", "WebSocket"), ("-sse", "Server-Sent Events")):
-    loaded(f"small{suffix}", f"{name}: 100 subscribers × 2 000 events")
-    loaded(f"large{suffix}", f"{name}: 1 000 subscribers × 500 events")
-    idle(f"idle{suffix}", f"{name}: 9 000 idle subscribers")
-
-none, many = get("writes0", "fanout", "mutationsPerSecond"), get("writes1000", "fanout", "mutationsPerSecond")
-print(f"{'fanout writes, 2 000 mutations':<{width}}{'mutations/s':>14}")
-print(f"  {'no subscribers':<{width - 2}}{fmt(none, 0):>14}")
-print(f"  {'1 000 subscribers':<{width - 2}}{fmt(many, 0):>14}")
-print(f"  {'ratio 1 000 / none':<{width - 2}}{ratio(many, none):>14}")
-
-missing = [f"{run}{suffix}.{peer}" for suffix in ("", "-sse") for run in ("small", "large", "idle")
-           for peer in ("fanout", "nchan") if (run + suffix, peer) not in results]
-missing += [f"{run}.fanout" for run in ("writes0", "writes1000") if (run, "fanout") not in results]
-if missing:
-    print(f"\nfailed runs (shown as -): {', '.join(missing)}")
-
-print("\nraw results, one JSON line per run:")
-for (run, peer), result in sorted(results.items()):
-    print(json.dumps({"run": run, **result}, separators=(",", ":")))
-PY
-} | tee "$RESULTS/latest.txt"
-cp "$RESULTS/latest.txt" benchmarks/results/latest.txt
-log "summary written to benchmarks/results/latest.txt"
+    python3 benchmarks/report.py "$lines"
+} | tee benchmarks/results/latest.txt
+python3 benchmarks/chart.py "$lines" benchmarks/results/chart.svg
+log "summary written to benchmarks/results/latest.txt, chart to benchmarks/results/chart.svg"
 
 [ "$failures" -eq 0 ] || die "$failures run(s) failed"

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""The table of a compare.sh run, from its JSON lines.
+
+    python3 benchmarks/report.py benchmarks/results/<run>.jsonl
+
+Each line is one measurement: fanout-bench's JSON plus "run" (small, large, idle, …, with
+"-sse" for Server-Sent Events subscribers) and "round" (compare.sh repeats every measurement
+RUNS times, interleaving the peers). Every figure shown is the median over the rounds; the
+ratio column is the median of the per-round ratios (fanout / nchan, both measured in the same
+round, minutes apart), and the spread column their lowest and highest.
+"""
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    results = defaultdict(dict)  # (run, peer) -> {round: result}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                r = json.loads(line)
+                results[(r["run"], r["peer"])][r.get("round", 1)] = r
+    return results
+
+
+def value(result, path):
+    for key in path:
+        result = result.get(key) if isinstance(result, dict) else None
+    return result
+
+
+def rss_per_subscriber(r):
+    if r.get("serverRssKiB") is None or r.get("serverRssBeforeKiB") is None or not r.get("connected"):
+        return None
+    return (r["serverRssKiB"] - r["serverRssBeforeKiB"]) / r["connected"]
+
+
+def cpu_per_mutation(r):
+    if r.get("serverCpuSeconds") is None or not r.get("acknowledged"):
+        return None
+    return r["serverCpuSeconds"] * 1e6 / r["acknowledged"]
+
+
+def per_round(results, run, peer, figure):
+    """{round: figure} for the measurements of (run, peer) that have it."""
+    out = {}
+    for rnd, r in results.get((run, peer), {}).items():
+        v = figure(r) if callable(figure) else value(r, figure)
+        if v is not None:
+            out[rnd] = v
+    return out
+
+
+def fmt(v, decimals):
+    return "-" if v is None else f"{v:,.{decimals}f}".replace(",", " ")
+
+
+def median(values):
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+WIDTH = 46
+
+
+def header(title):
+    print(f"{title:<{WIDTH}}{'fanout':>12}{'nchan':>12}{'fanout/nchan':>14}{'spread':>16}")
+
+
+def row(results, run, label, figure, decimals, compare=True):
+    a = per_round(results, run, "fanout", figure)
+    b = per_round(results, run, "nchan", figure) if compare else {}
+    ratios = [a[k] / b[k] for k in a if k in b and b[k]]
+    ratio = f"{median(ratios):.2f}×" if ratios else "-"
+    spread = f"{min(ratios):.2f}–{max(ratios):.2f}×" if len(ratios) > 1 else ""
+    nchan = fmt(median(b.values()), decimals) if compare else ""
+    print(f"  {label:<{WIDTH - 2}}{fmt(median(a.values()), decimals):>12}{nchan:>12}{ratio:>14}{spread:>16}")
+
+
+def loaded(results, run, title):
+    header(title)
+    for label, path, decimals in [
+        ("subscribers connected", ("connected",), 0),
+        ("writes acknowledged", ("acknowledged",), 0),
+        ("writes/s", ("mutationsPerSecond",), 0),
+        ("deliveries/s", ("deliveriesPerSecond",), 0),
+        ("latency p50 (ms)", ("latencyMs", "p50"), 2),
+        ("latency p99 (ms)", ("latencyMs", "p99"), 2),
+        ("latency max (ms)", ("latencyMs", "max"), 2),
+        ("lost", ("lost",), 0),
+        ("duplicated", ("duplicated",), 0),
+        ("server CPU per delivery (µs)", ("serverCpuMicrosPerDelivery",), 2),
+        ("bench CPU per delivery (µs)", ("clientCpuMicrosPerDelivery",), 2),
+    ]:
+        row(results, run, label, path, decimals)
+    print()
+
+
+def idle(results, run, title):
+    header(title)
+    row(results, run, "subscribers connected", ("connected",), 0)
+    row(results, run, "RSS per idle subscriber (KiB)", rss_per_subscriber, 1)
+    print()
+
+
+EXPECTED = [(f"{size}{suffix}", peer) for suffix in ("", "-sse") for size in ("small", "large", "idle")
+            for peer in ("fanout", "nchan")]
+EXPECTED += [("saturation", "fanout"), ("saturation", "nchan"), ("mutations", "fanout"), ("store", "fanout")]
+
+
+def main(path):
+    results = load(path)
+    rounds = max((len(v) for v in results.values()), default=0)
+    print(f"medians of {rounds} round(s); spread: the lowest and highest per-round ratio\n")
+    for suffix, name in (("", "WebSocket"), ("-sse", "Server-Sent Events")):
+        loaded(results, f"small{suffix}", f"{name}: 100 subscribers × 2 000 events")
+        loaded(results, f"large{suffix}", f"{name}: 1 000 subscribers × 500 events")
+        idle(results, f"idle{suffix}", f"{name}: 9 000 idle subscribers")
+    header("Saturation: 1 000 subscribers, 16 writers")
+    row(results, "saturation", "writes/s", ("mutationsPerSecond",), 0)
+    row(results, "saturation", "deliveries/s", ("deliveriesPerSecond",), 0)
+    row(results, "saturation", "latency p99 (ms)", ("latencyMs", "p99"), 2)
+    row(results, "saturation", "server CPU per delivery (µs)", ("serverCpuMicrosPerDelivery",), 2)
+    row(results, "saturation", "lost + duplicated", lambda r: r.get("lost", 0) + r.get("duplicated", 0), 0)
+    print()
+    header("Mutations alone: no subscribers, 10 000 writes; the store alone (cartstore-bench)")
+    row(results, "mutations", "writes/s", ("mutationsPerSecond",), 0, compare=False)
+    row(results, "mutations", "server CPU per mutation (µs)", cpu_per_mutation, 1, compare=False)
+    row(results, "store", "CartStore alone, CPU per mutation (µs)", ("storeCpuMicrosPerMutation",), 1, compare=False)
+    missing = [f"{run}.{peer}" for run, peer in EXPECTED if not results.get((run, peer))]
+    if missing:
+        print(f"\nmissing runs (shown as -): {', '.join(missing)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
