@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 
 /// The result of a committed mutation.
 public struct CartCommit: Sendable, Hashable {
@@ -80,117 +79,25 @@ extension CartStore {
         }
     }
 
-    /// The one write path: checks, validates, changes the rows and appends the event, inside a
-    /// savepoint of a group-commit transaction; after the commit, and still serialised with
-    /// other writes, delivery.
+    /// The one write path: the id checked, then the engine commits the mutation (see
+    /// `CartStoreBackend`), which delivers the event to the observers before it returns.
     private func commit(
         cartID: String, expectedVersion: Int64?, mustExist: Bool,
         decide: @escaping @Sendable (Cart) throws -> CartChange
     ) async throws -> CartCommit {
         try CartLimits.checkCartID(cartID)
-        return try await withCheckedThrowingContinuation { caller in
-            let mutation = GroupCommit.Mutation(body: { db in
-                try self.apply(cartID: cartID, expectedVersion: expectedVersion, mustExist: mustExist, decide: decide, db)
-            }, caller: caller)
-            do {
-                if try commits.enqueue(mutation) {
-                    writer.asyncWriteWithoutTransaction { db in self.drainCommits(db) }
-                }
-            } catch {
-                caller.resume(throwing: error)
-            }
-        }
+        let mutation = CartMutation(cartID: cartID, expectedVersion: expectedVersion, mustExist: mustExist, decide: decide)
+        return try await backend.commit(mutation, for: self)
     }
 
-    /// On the writer: commits waiting mutations a batch at a time until none is left. After 16
-    /// batches it queues itself again behind the writer's other work (reads of the writer
-    /// connection, pruning), so that a steady stream of mutations cannot starve them.
-    private func drainCommits(_ db: Database) {
-        for _ in 0..<16 {
-            guard let batch = commits.nextBatch() else { return }
-            let outcomes: [Result<CartCommit, any Error>]
-            do {
-                outcomes = try commits.commit(batch.map(\.body), db)
-            } catch {
-                let error = CartStoreError.storage(error)
-                for mutation in batch { mutation.caller.resume(throwing: error) }
-                continue
-            }
-            for case .success(let commit) in outcomes { deliver(commit.event) }
-            for (mutation, outcome) in zip(batch, outcomes) {
-                mutation.caller.resume(with: outcome.mapError(CartStoreError.storage))
-            }
-        }
-        // Still draining (the flag stays set): carry on after whatever else waits.
-        writer.asyncWriteWithoutTransaction { db in self.drainCommits(db) }
-    }
-
-    /// One mutation, inside the batch's transaction.
-    private func apply(
-        cartID: String, expectedVersion: Int64?, mustExist: Bool,
-        decide: (Cart) throws -> CartChange, _ db: Database
-    ) throws -> CartCommit {
-        let before = try Self.loadCart(cartID, db) ?? Cart(id: cartID)
-        if mustExist && before.version == 0 {
-            throw CartStoreError(.cartNotFound, "no cart \(cartID)")
-        }
-        if let expectedVersion, expectedVersion != before.version {
-            throw CartStoreError(
-                .versionConflict,
-                "cart \(cartID) is at version \(before.version), not \(expectedVersion)")
-        }
-        let change = try decide(before)
-        let encodedChange = EventJSON.change(change)
-        let committedAt = Date().millisecondsSince1970
-        // Validators see the outcome before anything is written; a throw rolls back.
-        let pending = CartEvent(
-            seq: 0, cartID: cartID, change: change, encodedChange: encodedChange, version: before.version + 1,
-            committedAt: Date(millisecondsSince1970: committedAt))
-        var after = before
-        after.apply(pending)
-        let proposal = CartChangeProposal(cartID: cartID, change: change, before: before, after: after)
+    /// Asks the validators about a change, inside the engine's transaction; a throw refuses it.
+    func validate(_ proposal: CartChangeProposal) throws {
         try observers.forEachNow { try $0.cartStore(self, validate: proposal) }
-
-        // Every statement of a mutation is prepared once per connection and reused: parsing
-        // and planning SQL was a sixth of a mutation's CPU.
-        try db.cachedStatement(sql: """
-            INSERT INTO cart_events (cart_id, kind, change, cart_version, committed_at) VALUES (?, ?, ?, ?, ?)
-            """).execute(arguments: [cartID, change.kind.rawValue, encodedChange, after.version, committedAt])
-        var event = pending
-        event.seq = db.lastInsertedRowID
-        try db.cachedStatement(sql: """
-            INSERT INTO carts (id, version) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET version = excluded.version
-            """).execute(arguments: [cartID, after.version])
-        try Self.write(change, of: cartID, position: event.seq, db)
-        return CartCommit(cart: after, event: event)
     }
 
-    private static func write(_ change: CartChange, of cartID: String, position: Int64, _ db: Database) throws {
-        switch change {
-        case .itemAdded(let item, _):
-            // Upsert that keeps an existing line's position.
-            try db.cachedStatement(sql: """
-                INSERT INTO cart_items (cart_id, sku, quantity, unit_price_cents, name, position)
-                VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (cart_id, sku) DO UPDATE SET
-                    quantity = excluded.quantity,
-                    unit_price_cents = excluded.unit_price_cents,
-                    name = excluded.name
-                """).execute(arguments: [cartID, item.sku, item.quantity, item.unitPriceCents, item.name, position])
-        case .quantityChanged(let sku, let quantity):
-            try db.cachedStatement(sql: "UPDATE cart_items SET quantity = ? WHERE cart_id = ? AND sku = ?")
-                .execute(arguments: [quantity, cartID, sku])
-        case .itemRemoved(let sku):
-            try db.cachedStatement(sql: "DELETE FROM cart_items WHERE cart_id = ? AND sku = ?")
-                .execute(arguments: [cartID, sku])
-        case .cartCleared:
-            try db.cachedStatement(sql: "DELETE FROM cart_items WHERE cart_id = ?").execute(arguments: [cartID])
-        }
-    }
-
-    /// Delivers a committed event to the observers, in commit order (the caller holds the
-    /// writer), without touching the database.
-    private func deliver(_ event: CartEvent) {
+    /// Delivers a committed event to the observers. Engines call it once per event, in seq
+    /// order, without touching the database meanwhile.
+    func deliver(_ event: CartEvent) {
         observers.notify { [self] observer in
             observer.cartStore(self, didCommit: event)
         }

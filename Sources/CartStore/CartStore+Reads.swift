@@ -1,10 +1,20 @@
-import GRDB
+import Foundation
+
+/// The answer of the event log to "what happened after seq N?".
+public enum EventLogRead: Sendable, Hashable {
+    /// The events after the asked seq, in seq order, at most the asked limit. When fewer than
+    /// the limit came back, `latestSeq` was the newest event at the time of the read.
+    case events([CartEvent], latestSeq: Int64)
+    /// Events after the asked seq were pruned: there is no gap-free answer. Take a snapshot
+    /// and follow the log from the snapshot's seq instead.
+    case tooOld(oldestRetainedSeq: Int64, latestSeq: Int64)
+}
 
 extension CartStore {
     /// The cart with this id, or `nil` if it was never changed.
     public func cart(_ cartID: String) async throws -> Cart? {
         try CartLimits.checkCartID(cartID)
-        return try await writer.read { db in try Self.loadCart(cartID, db) }
+        return try await backend.cart(cartID)
     }
 
     /// Every cart, ordered by id.
@@ -12,40 +22,54 @@ extension CartStore {
         try await snapshot().carts
     }
 
-    /// The carts (all, or those with the given ids that exist) and the seq they reflect, read
-    /// in one transaction: apply events after `seq` to stay current.
+    /// The carts (all, or those with the given ids that exist), ordered by id, and the seq they
+    /// reflect, read at one point of the log: apply events after `seq` to stay current.
     public func snapshot(of cartIDs: Set<String>? = nil) async throws -> CartSnapshot {
-        if let cartIDs {
-            for id in cartIDs { try CartLimits.checkCartID(id) }
-        }
-        return try await writer.read { db in
-            var carts = CartRow.order(CartRow.Columns.id)
-            var lines = CartItemRow.order(CartItemRow.Columns.cartID, CartItemRow.Columns.position)
-            if let cartIDs {
-                carts = carts.filter(cartIDs.contains(CartRow.Columns.id))
-                lines = lines.filter(cartIDs.contains(CartItemRow.Columns.cartID))
-            }
-            var itemsByCart: [String: [CartItem]] = [:]
-            for line in try lines.fetchAll(db) {
-                itemsByCart[line.cartID, default: []].append(line.item)
-            }
-            let result = try carts.fetchAll(db).map { row in
-                Cart(id: row.id, version: row.version, items: itemsByCart[row.id] ?? [])
-            }
-            return CartSnapshot(carts: result, seq: try Self.latestSeq(db))
-        }
+        for id in cartIDs ?? [] { try CartLimits.checkCartID(id) }
+        return try await backend.snapshot(of: cartIDs)
     }
 
-    /// Runs on every mutation, so it uses cached statements rather than building SQL each time.
-    static func loadCart(_ cartID: String, _ db: Database) throws -> Cart? {
-        let versionStatement = try db.cachedStatement(sql: "SELECT version FROM carts WHERE id = ?")
-        guard let version = try Int64.fetchOne(versionStatement, arguments: [cartID]) else { return nil }
-        let linesStatement = try db.cachedStatement(sql: """
-            SELECT sku, quantity, unit_price_cents, name FROM cart_items WHERE cart_id = ? ORDER BY position
-            """)
-        let items = try Row.fetchAll(linesStatement, arguments: [cartID]).map { row in
-            CartItem(sku: row[0], quantity: row[1], unitPriceCents: row[2], name: row[3])
-        }
-        return Cart(id: cartID, version: version, items: items)
+    /// The largest page `events(after:limit:carts:)` returns.
+    public static let maxEventPage = 10_000
+
+    /// The events after `seq` (0: from the start), optionally only those of some carts.
+    ///
+    /// - Throws: `invalidSince` for a negative seq, `sinceAhead` for a seq newer than the log
+    ///   (the caller followed another database), `invalidLimit` outside 1…`maxEventPage`.
+    public func events(after seq: Int64, limit: Int = 1_000, carts: Set<String>? = nil) async throws -> EventLogRead {
+        try Self.checkEventQuery(after: seq, limit: limit, carts: carts)
+        return try await backend.events(after: seq, limit: limit, carts: carts)
     }
+
+    /// The seq of the newest committed event; 0 when nothing was ever committed.
+    public func latestSeq() async throws -> Int64 {
+        try await backend.latestSeq()
+    }
+
+    /// The oldest seq still in the log; `latestSeq() + 1` when the log is empty.
+    public func oldestRetainedSeq() async throws -> Int64 {
+        try await backend.oldestRetainedSeq()
+    }
+
+    /// Deletes all but the newest `count` events. Returns how many were deleted.
+    @discardableResult
+    public func pruneEvents(keepingLast count: Int) async throws -> Int {
+        guard count >= 0 else { throw CartStoreError(.invalidLimit, "keep count must be ≥ 0 (got \(count))") }
+        return try await backend.pruneEvents(keepingLast: count)
+    }
+
+    /// Deletes the events committed before `date`. Returns how many were deleted.
+    @discardableResult
+    public func pruneEvents(committedBefore date: Date) async throws -> Int {
+        try await backend.pruneEvents(committedBefore: date)
+    }
+
+    static func checkEventQuery(after seq: Int64, limit: Int, carts: Set<String>?) throws {
+        guard seq >= 0 else { throw CartStoreError(.invalidSince, "since must be ≥ 0 (got \(seq))") }
+        guard (1...maxEventPage).contains(limit) else {
+            throw CartStoreError(.invalidLimit, "limit must be 1…\(maxEventPage) (got \(limit))")
+        }
+        for id in carts ?? [] { try CartLimits.checkCartID(id) }
+    }
+
 }

@@ -5,7 +5,8 @@ import GRDB
 ///
 /// Every mutation changes the cart rows and appends one event to `cart_events` atomically (a
 /// savepoint; concurrent mutations share one transaction and one sync, see `GroupCommit`); the
-/// event's `seq` is strictly increasing and gap-free. After the commit, and in seq order, the
+/// event's `seq` is strictly increasing and gap-free. The engine behind it is a
+/// `CartStoreBackend` (`SQLiteBackend`); everything else here is the same for every engine. After the commit, and in seq order, the
 /// event is delivered to `observers`. Invalid input and vetoed changes
 /// throw a `CartStoreError` (or the validator's error) and write nothing.
 ///
@@ -24,78 +25,39 @@ public final class CartStore: Sendable {
     /// The observers of this store, held weakly. Add yours with `observers.add(_:queue:)`.
     public let observers = ObserverSet()
 
-    let writer: any DatabaseWriter
-    /// Mutations waiting for `writer`, committed in batches.
-    let commits: GroupCommit
-    /// The database file's owner lock, for stores opened at a path.
-    private let fileLock: DatabaseFileLock?
+    /// The storage engine: what keeps the rows and the log, and commits.
+    let backend: any CartStoreBackend
 
-    /// Opens (creating if needed) the database at `path` in WAL mode, migrates it, and checks
-    /// that it can be written.
+    /// Opens (creating if needed) the SQLite database at `path` in WAL mode, migrates it, and
+    /// checks that it can be written.
     ///
     /// - Throws: `CartStoreError`: `databaseInUse` when another store, in this process or
     ///   another, has it open; `notAFanoutDatabase` for another program's file (left untouched);
     ///   `schemaTooNew` for a database written by a newer version; `storeUnavailable` when it
     ///   cannot be opened or written, `storageFull` when the disk is full.
     public convenience init(path: String, durability: Durability = .full) throws {
-        try Schema.refuseForeignDatabase(at: path)
-        let fileLock = try DatabaseFileLock(databasePath: path)
-        var configuration = Configuration()
-        configuration.busyMode = .timeout(10)
-        let pool: DatabasePool
-        do {
-            pool = try DatabasePool(path: path, configuration: configuration)
-        } catch {
-            throw CartStoreError.storage(error)
-        }
-        // Set after opening: GRDB's WAL set-up runs `PRAGMA synchronous = NORMAL` on the writer
-        // connection after `prepareDatabase`. Only the writer commits, so only it matters.
-        try pool.writeWithoutTransaction { db in
-            switch durability {
-            case .full: try db.execute(sql: "PRAGMA synchronous = FULL")
-            case .normal: try db.execute(sql: "PRAGMA synchronous = NORMAL")
-            }
-        }
-        try self.init(writer: pool, fileLock: fileLock)
-        try checkWritable(writer)
+        self.init(backend: try SQLiteBackend(path: path, durability: durability))
     }
 
     /// A store in memory, gone when released. For tests and tools.
     public static func inMemory() throws -> CartStore {
-        try CartStore(writer: DatabaseQueue())
+        CartStore(backend: try SQLiteBackend(writer: DatabaseQueue()))
     }
 
-    /// - Parameter commitLimit: how many mutations may wait for the writer (see `GroupCommit`).
-    init(writer: any DatabaseWriter, commitLimit: Int = 4_096, fileLock: DatabaseFileLock? = nil) throws {
-        self.writer = writer
-        self.commits = GroupCommit(limit: commitLimit)
-        self.fileLock = fileLock
-        do {
-            try Schema.migrate(writer)
-        } catch {
-            throw CartStoreError.storage(error)
-        }
+    /// A SQLite store on a connection the caller made (tests: a read-only pool, a small
+    /// commit limit).
+    convenience init(writer: any DatabaseWriter, commitLimit: Int = 4_096) throws {
+        self.init(backend: try SQLiteBackend(writer: writer, commitLimit: commitLimit))
+    }
+
+    init(backend: any CartStoreBackend) {
+        self.backend = backend
     }
 
     /// Checks that a change could be written now (a write rolled back at once); throws
     /// `storeUnavailable` or `storageFull` otherwise. `/healthz` asks it.
     public func checkWritable() async throws {
-        try await writer.writeWithoutTransaction { db in try Self.probeWrite(db) }
-    }
-
-    private func checkWritable(_ writer: any DatabaseWriter) throws {
-        try writer.writeWithoutTransaction { db in try Self.probeWrite(db) }
-    }
-
-    private static func probeWrite(_ db: Database) throws {
-        do {
-            try db.inTransaction(.immediate) {
-                try db.execute(sql: "CREATE TABLE fanout_write_probe (x)")
-                return .rollback
-            }
-        } catch {
-            throw CartStoreError.storage(error)
-        }
+        try await backend.checkWritable()
     }
 
     /// The names of the schema migrations this build carries, in the order they apply.
@@ -103,11 +65,6 @@ public final class CartStore: Sendable {
 
     /// Closes the database. Later calls fail; pending writes have finished when this returns.
     public func close() throws {
-        if let pool = writer as? DatabasePool {
-            try pool.close()
-        } else if let queue = writer as? DatabaseQueue {
-            try queue.close()
-        }
-        fileLock?.release()
+        try backend.close()
     }
 }

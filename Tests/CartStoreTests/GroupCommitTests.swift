@@ -13,7 +13,7 @@ struct GroupCommitTests {
         private let gate = DispatchSemaphore(value: 0)
 
         init(_ store: CartStore) {
-            store.writer.asyncWriteWithoutTransaction { [gate] _ in gate.wait() }
+            store.sqlite.writer.asyncWriteWithoutTransaction { [gate] _ in gate.wait() }
         }
 
         func release() { gate.signal() }
@@ -62,11 +62,11 @@ struct GroupCommitTests {
                 return all
             }
         }
-        await eventually("60 changes waiting") { store.commits.waitingCount == 60 }
+        await eventually("60 changes waiting") { store.sqlite.commits.waitingCount == 60 }
         gate.release()
         let results = await outcomes.value
 
-        #expect(store.commits.transactions.load(ordering: .relaxed) == 1, "one transaction for the batch")
+        #expect(store.sqlite.commits.transactions.load(ordering: .relaxed) == 1, "one transaction for the batch")
         var committed: [Int64: String] = [:]
         for (index, outcome) in results {
             switch (index % 3, outcome) {
@@ -109,7 +109,7 @@ struct GroupCommitTests {
             }
         }
         await eventually("5 waiting, 3 refused") {
-            store.commits.waitingCount == 5 && refused.count.load(ordering: .relaxed) == 3
+            store.sqlite.commits.waitingCount == 5 && refused.count.load(ordering: .relaxed) == 3
         }
         gate.release()
         await writes.value
@@ -151,9 +151,9 @@ struct GroupCommitTransactionTests {
             Self.writesCart("after-the-failure"),
         ]
         await #expect(throws: CartStoreError.self) {
-            try await store.writer.writeWithoutTransaction { db in _ = try store.commits.commit(bodies, db) }
+            try await store.sqlite.writer.writeWithoutTransaction { db in _ = try store.sqlite.commits.commit(bodies, db) }
         }
-        let carts = try await store.writer.read { db in try String.fetchAll(db, sql: "SELECT id FROM carts") }
+        let carts = try await store.sqlite.writer.read { db in try String.fetchAll(db, sql: "SELECT id FROM carts") }
         #expect(carts.isEmpty, "nothing of the batch may be written")
     }
 
@@ -167,9 +167,9 @@ struct GroupCommitTransactionTests {
             },
             Self.writesCart("c"),
         ]
-        let outcomes = try await store.writer.writeWithoutTransaction { db in try store.commits.commit(bodies, db) }
+        let outcomes = try await store.sqlite.writer.writeWithoutTransaction { db in try store.sqlite.commits.commit(bodies, db) }
         #expect(outcomes.map { (try? $0.get())?.cart.id } == ["a", nil, "c"])
-        let carts = try await store.writer.read { db in try String.fetchAll(db, sql: "SELECT id FROM carts ORDER BY id") }
+        let carts = try await store.sqlite.writer.read { db in try String.fetchAll(db, sql: "SELECT id FROM carts ORDER BY id") }
         #expect(carts == ["a", "c"])
     }
 }

@@ -60,7 +60,7 @@ struct MigrationTests {
         let directory = try TemporaryDirectory()
         defer { directory.cleanup() }
         let store = try CartStore(path: directory.path("store.sqlite"), durability: durability)
-        let synchronous = try await store.writer.write { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
+        let synchronous = try await store.sqlite.writer.write { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
         #expect(synchronous == pragma)
     }
 

@@ -65,3 +65,11 @@ func fold(_ events: [CartEvent]) -> [Cart] {
 extension CartStoreError {
     static func code(_ error: any Error) -> Code? { (error as? CartStoreError)?.code }
 }
+
+extension CartStore {
+    /// The SQLite engine behind a store these tests opened (every store here is one).
+    var sqlite: SQLiteBackend {
+        guard let engine = backend as? SQLiteBackend else { preconditionFailure("not a SQLite store") }
+        return engine
+    }
+}
