@@ -1,7 +1,8 @@
 import Foundation
 import PackagePlugin
 
-/// Compiles the package's `migrations/*.sql` into the target as Swift source.
+/// Compiles the package's `migrations/*.sql` (SQLite) and `migrations/postgresql/*.sql` into
+/// the target as Swift source.
 ///
 /// The SQL files at the repository root stay the one source of the schema; the binaries carry
 /// them, so a server started from any directory migrates its database the same way.
@@ -9,10 +10,12 @@ import PackagePlugin
 struct EmbedMigrations: BuildToolPlugin {
     func createBuildCommands(context: PluginContext, target: Target) throws -> [Command] {
         let migrationsDirectory = context.package.directoryURL.appending(path: "migrations")
-        let files = try FileManager.default
-            .contentsOfDirectory(at: migrationsDirectory, includingPropertiesForKeys: nil)
-            .filter { $0.pathExtension == "sql" }
-            .sorted { $0.lastPathComponent < $1.lastPathComponent }
+        let files = try [migrationsDirectory, migrationsDirectory.appending(path: "postgresql")].flatMap { directory in
+            try FileManager.default
+                .contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
+                .filter { $0.pathExtension == "sql" }
+                .sorted { $0.lastPathComponent < $1.lastPathComponent }
+        }
         let output = context.pluginWorkDirectoryURL.appending(path: "EmbeddedMigrations.swift")
         return [
             .buildCommand(

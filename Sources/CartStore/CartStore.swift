@@ -54,6 +54,32 @@ public final class CartStore: Sendable {
         self.backend = backend
     }
 
+    /// Whether `location` names a PostgreSQL database (`postgres://…` or `postgresql://…`)
+    /// rather than a SQLite file.
+    public static func isPostgresURL(_ location: String) -> Bool {
+        PostgresLocation.isPostgresURL(location)
+    }
+
+    /// Opens the store in the PostgreSQL database at `url`
+    /// (`postgres://user[:password]@host[:port]/database`), migrating it, and delivers every
+    /// event committed there from now on, by this store or any other on the same database, to
+    /// `observers`, in seq order. Several stores (several servers) may share one database.
+    ///
+    /// - Throws: `CartStoreError`: `storeUnavailable` when the database cannot be reached or
+    ///   written, `notAFanoutDatabase` for a database with another program's tables,
+    ///   `schemaTooNew` for one migrated by a newer version.
+    public static func open(postgresURL url: String) async throws -> CartStore {
+        let backend = try await PostgresBackend.open(url: url)
+        let store = CartStore(backend: backend)
+        await backend.start(delivering: store)
+        return store
+    }
+
+    /// Which engine keeps the data: `sqlite` or `postgresql`.
+    public var engineName: String {
+        backend is PostgresBackend ? "postgresql" : "sqlite"
+    }
+
     /// Checks that a change could be written now (a write rolled back at once); throws
     /// `storeUnavailable` or `storageFull` otherwise. `/healthz` asks it.
     public func checkWritable() async throws {

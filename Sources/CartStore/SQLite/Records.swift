@@ -71,16 +71,8 @@ struct CartEventRow: Decodable, FetchableRecord, TableRecord {
 
     func event() throws -> CartEvent {
         guard let seq else { preconditionFailure("event row read without seq") }
-        return CartEvent(
-            seq: seq,
-            cartID: cartID,
-            change: try Self.decoder.decode(CartChange.self, from: Data(change.utf8)),
-            encodedChange: change,
-            version: cartVersion,
-            committedAt: Date(millisecondsSince1970: committedAt))
+        return try .stored(seq: seq, cartID: cartID, change: change, version: cartVersion, committedAt: committedAt)
     }
-
-    private static let decoder = JSONDecoder()
 }
 
 extension Date {

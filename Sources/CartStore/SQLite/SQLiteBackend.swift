@@ -10,7 +10,7 @@ import GRDB
 final class SQLiteBackend: CartStoreBackend {
     let writer: any DatabaseWriter
     /// Mutations waiting for `writer`, committed in batches.
-    let commits: GroupCommit
+    let commits: GroupCommit<SQLiteWork>
     /// The database file's owner lock, for stores opened at a path.
     private let fileLock: DatabaseFileLock?
 
@@ -82,7 +82,7 @@ final class SQLiteBackend: CartStoreBackend {
     /// has committed and its events were delivered.
     func commit(_ mutation: CartMutation, for store: CartStore) async throws -> CartCommit {
         try await withCheckedThrowingContinuation { caller in
-            let queued = GroupCommit.Mutation(body: { db in
+            let queued = GroupCommit<SQLiteWork>.Mutation(work: { db in
                 try Self.apply(mutation, for: store, db)
             }, caller: caller)
             do {
@@ -103,7 +103,7 @@ final class SQLiteBackend: CartStoreBackend {
             guard let batch = commits.nextBatch() else { return }
             let outcomes: [Result<CartCommit, any Error>]
             do {
-                outcomes = try commits.commit(batch.map(\.body), db)
+                outcomes = try commits.commit(batch.map(\.work), db)
             } catch {
                 let error = CartStoreError.storage(error)
                 for mutation in batch { mutation.caller.resume(throwing: error) }

@@ -1,0 +1,63 @@
+import NIOConcurrencyHelpers
+import Synchronization
+
+/// Mutations waiting for the engine's writer, committed a batch per transaction.
+///
+/// Concurrent callers of the store's mutations queue here. One drain at a time runs: it takes
+/// up to `maxBatch` mutations, runs each in a savepoint of one transaction (a refused or vetoed
+/// mutation rolls back alone), commits once — one sync for the whole batch — then delivers the
+/// events in seq order and answers each caller. `Work` is what the engine runs per mutation. A caller is answered
+/// only after the commit that holds its change, so what is acknowledged is as durable as with a
+/// transaction per mutation; the batch only shares the sync.
+///
+/// At most `limit` mutations wait; beyond that a caller gets `overloaded` at once instead of
+/// queueing without bound.
+final class GroupCommit<Work: Sendable>: Sendable {
+    struct Mutation: Sendable {
+        /// What runs inside the batch's transaction: checks, validates and writes one change.
+        let work: Work
+        let caller: CheckedContinuation<CartCommit, any Error>
+    }
+
+    /// The most mutations one transaction carries.
+    static var maxBatch: Int { 64 }
+    let limit: Int
+    private struct Queue {
+        var waiting: [Mutation] = []
+        var draining = false
+    }
+    private let queue = NIOLockedValueBox(Queue())
+    /// Transactions committed or attempted so far.
+    let transactions = Atomic<Int>(0)
+
+    init(limit: Int = 4_096) {
+        self.limit = limit
+    }
+
+    /// Queues a mutation. Returns true when the caller must start a drain (none is running).
+    func enqueue(_ mutation: Mutation) throws -> Bool {
+        try queue.withLockedValue { queue in
+            guard queue.waiting.count < limit else {
+                throw CartStoreError(.overloaded, "\(limit) changes are already waiting to be written; retry shortly")
+            }
+            queue.waiting.append(mutation)
+            defer { queue.draining = true }
+            return !queue.draining
+        }
+    }
+
+    var waitingCount: Int { queue.withLockedValue { $0.waiting.count } }
+
+    /// The next batch; nil (and the drain ends) when nothing waits.
+    func nextBatch() -> [Mutation]? {
+        queue.withLockedValue { queue in
+            guard !queue.waiting.isEmpty else {
+                queue.draining = false
+                return nil
+            }
+            let batch = Array(queue.waiting.prefix(Self.maxBatch))
+            queue.waiting.removeFirst(batch.count)
+            return batch
+        }
+    }
+}

@@ -1,0 +1,343 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import PostgresNIO
+
+/// The PostgreSQL engine (PostgresNIO): the carts and the log in one database that several
+/// servers share, every one of them delivering every commit.
+///
+/// A mutation batch runs in one transaction that first locks the `event_seq` row: every
+/// writer on every server then commits one after the other, a change is planned from what the
+/// last commit left, and the seqs it takes follow commit order without gaps (a refused change
+/// rolls back to its savepoint and gives its seq back). Delivery is the `PostgresFollower`'s,
+/// the same for this server's commits and the others': a caller is answered once the follower
+/// has delivered the log up to its own commit.
+final class PostgresBackend: CartStoreBackend {
+    let location: PostgresLocation
+    let client: PostgresClient
+    let follower: PostgresFollower
+    let commits: GroupCommit<CartMutation>
+    private let logger: Logger
+    /// The client's run loop, the LISTEN loop and the poll: cancelled by `close`.
+    private let tasks: NIOLockedValueBox<[Task<Void, Never>]>
+
+    /// How often the follower reads the log without being told to.
+    static let pollInterval: Duration = .seconds(1)
+
+    private init(location: PostgresLocation, client: PostgresClient, run: Task<Void, Never>, latestSeq: Int64, logger: Logger, commitLimit: Int) {
+        self.location = location
+        self.client = client
+        self.logger = logger
+        self.commits = GroupCommit(limit: commitLimit)
+        self.follower = PostgresFollower(client: client, deliveredThrough: latestSeq, logger: logger)
+        self.tasks = NIOLockedValueBox([run])
+    }
+
+    /// Connects, migrates, and starts following the log from its newest seq.
+    ///
+    /// - Throws: `storeUnavailable` when the database cannot be reached or used,
+    ///   `notAFanoutDatabase`, `schemaTooNew`.
+    static func open(url: String, commitLimit: Int = 4_096) async throws -> PostgresBackend {
+        let location = try PostgresLocation(url: url)
+        var logger = Logger(label: "fanout.postgres")
+        logger.logLevel = .warning
+        // One connection first, so that a server that is down or refuses us is an error now
+        // rather than requests that wait for the pool to give up.
+        do {
+            let probe = try await PostgresConnection.connect(
+                configuration: .init(
+                    host: location.host, port: location.port, username: location.username,
+                    password: location.password, database: location.database, tls: .disable),
+                id: 0, logger: logger)
+            try await probe.close()
+        } catch {
+            throw CartStoreError(.storeUnavailable, "cannot connect to \(location.description): \(Self.describe(error))")
+        }
+        let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: logger)
+        let run = Task { await client.run() }
+        do {
+            try await PostgresSchema.migrate(client, logger: logger)
+            let latest = try await client.query("SELECT latest FROM event_seq", logger: logger)
+                .collect().first?.decode(Int64.self) ?? 0
+            return PostgresBackend(location: location, client: client, run: run, latestSeq: latest, logger: logger, commitLimit: commitLimit)
+        } catch {
+            run.cancel()
+            throw Self.storage(error, at: location)
+        }
+    }
+
+    /// Starts delivering to `store`: the LISTEN doorbell and the poll.
+    func start(delivering store: CartStore) async {
+        await follower.attach(store)
+        let follower = self.follower
+        tasks.withLockedValue { tasks in
+            tasks.append(Task { await follower.listen() })
+            tasks.append(Task { await follower.poll(every: Self.pollInterval) })
+        }
+    }
+
+    func close() throws {
+        for task in tasks.withLockedValue({ $0 }).reversed() { task.cancel() }
+    }
+
+    func checkWritable() async throws {
+        let (inRecovery, readOnly) = try await run {
+            try await self.client.query("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')", logger: self.logger)
+                .collect().first?.decode((Bool, String).self) ?? (true, "on")
+        }
+        guard !inRecovery, readOnly == "off" else {
+            throw CartStoreError(.storeUnavailable, "\(location.description) is read-only (a standby, or transaction_read_only); nothing can be written")
+        }
+    }
+
+    // MARK: Mutations
+
+    func commit(_ mutation: CartMutation, for store: CartStore) async throws -> CartCommit {
+        try await withCheckedThrowingContinuation { caller in
+            do {
+                if try commits.enqueue(.init(work: mutation, caller: caller)) {
+                    Task { await self.drainCommits(for: store) }
+                }
+            } catch {
+                caller.resume(throwing: error)
+            }
+        }
+    }
+
+    /// Commits waiting mutations a batch per transaction until none is left; after each, the
+    /// follower delivers the log through the batch, then its callers are answered.
+    private func drainCommits(for store: CartStore) async {
+        while let batch = commits.nextBatch() {
+            let outcomes: [Result<CartCommit, any Error>]
+            do {
+                outcomes = try await run { try await self.commitBatch(batch.map(\.work), for: store) }
+                try await follower.catchUp()
+            } catch {
+                let error = Self.storage(error, at: location)
+                for mutation in batch { mutation.caller.resume(throwing: error) }
+                continue
+            }
+            for (mutation, outcome) in zip(batch, outcomes) {
+                mutation.caller.resume(with: outcome)
+            }
+        }
+    }
+
+    private func commitBatch(_ mutations: [CartMutation], for store: CartStore) async throws -> [Result<CartCommit, any Error>] {
+        commits.transactions.add(1, ordering: .relaxed)
+        let logger = self.logger
+        return try await client.withTransaction(logger: logger) { connection in
+            // Every writer of every server, one after the other from here to COMMIT.
+            try await connection.query("SELECT latest FROM event_seq FOR UPDATE", logger: logger)
+            var outcomes: [Result<CartCommit, any Error>] = []
+            var newest: Int64?
+            for mutation in mutations {
+                try await connection.query("SAVEPOINT mutation", logger: logger)
+                do {
+                    let commit = try await Self.apply(mutation, for: store, connection, logger)
+                    try await connection.query("RELEASE SAVEPOINT mutation", logger: logger)
+                    outcomes.append(.success(commit))
+                    newest = commit.event.seq
+                } catch {
+                    try await connection.query("ROLLBACK TO SAVEPOINT mutation", logger: logger)
+                    try await connection.query("RELEASE SAVEPOINT mutation", logger: logger)
+                    outcomes.append(.failure(error))
+                }
+            }
+            if let newest {
+                // Delivered to listeners when the transaction commits, never before.
+                try await connection.query("SELECT pg_notify(\(PostgresFollower.channel), \(String(newest)))", logger: logger)
+            }
+            return outcomes
+        }
+    }
+
+    /// One mutation, inside the batch's transaction: the cart read, the plan, its rows written.
+    private static func apply(
+        _ mutation: CartMutation, for store: CartStore, _ connection: PostgresConnection, _ logger: Logger
+    ) async throws -> CartCommit {
+        let plan = try mutation.plan(
+            stored: try await loadCart(mutation.cartID, connection, logger),
+            committedAt: Date().millisecondsSince1970, validate: store.validate)
+        let event = plan.event
+        let seq = try await connection.query("UPDATE event_seq SET latest = latest + 1 RETURNING latest", logger: logger)
+            .collect().first?.decode(Int64.self) ?? 0
+        try await connection.query(
+            """
+            INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at)
+            VALUES (\(seq), \(event.cartID), \(event.kind.rawValue), \(plan.encodedChange), \(event.version), \(plan.committedAt))
+            """, logger: logger)
+        try await connection.query(
+            """
+            INSERT INTO carts (id, version) VALUES (\(event.cartID), \(plan.after.version))
+            ON CONFLICT (id) DO UPDATE SET version = excluded.version
+            """, logger: logger)
+        let cartID = event.cartID
+        switch event.change {
+        case .itemAdded(let item, _):
+            // Upsert that keeps an existing line's position.
+            try await connection.query(
+                """
+                INSERT INTO cart_items (cart_id, sku, quantity, unit_price_cents, name, position)
+                VALUES (\(cartID), \(item.sku), \(Int64(item.quantity)), \(Int64(item.unitPriceCents)), \(item.name), \(seq))
+                ON CONFLICT (cart_id, sku) DO UPDATE SET
+                    quantity = excluded.quantity, unit_price_cents = excluded.unit_price_cents, name = excluded.name
+                """, logger: logger)
+        case .quantityChanged(let sku, let quantity):
+            try await connection.query(
+                "UPDATE cart_items SET quantity = \(Int64(quantity)) WHERE cart_id = \(cartID) AND sku = \(sku)", logger: logger)
+        case .itemRemoved(let sku):
+            try await connection.query("DELETE FROM cart_items WHERE cart_id = \(cartID) AND sku = \(sku)", logger: logger)
+        case .cartCleared:
+            try await connection.query("DELETE FROM cart_items WHERE cart_id = \(cartID)", logger: logger)
+        }
+        return plan.committed(seq: seq)
+    }
+
+    private static func loadCart(_ cartID: String, _ connection: PostgresConnection, _ logger: Logger) async throws -> Cart? {
+        guard let version = try await connection.query("SELECT version FROM carts WHERE id = \(cartID)", logger: logger)
+            .collect().first?.decode(Int64.self) else { return nil }
+        var items: [CartItem] = []
+        let rows = try await connection.query(
+            "SELECT sku, quantity, unit_price_cents, name FROM cart_items WHERE cart_id = \(cartID) ORDER BY position",
+            logger: logger)
+        for try await (sku, quantity, price, name) in rows.decode((String, Int64, Int64, String?).self) {
+            items.append(CartItem(sku: sku, quantity: Int(quantity), unitPriceCents: Int(price), name: name))
+        }
+        return Cart(id: cartID, version: version, items: items)
+    }
+
+    // MARK: Reads
+
+    func cart(_ cartID: String) async throws -> Cart? {
+        try await run { try await self.client.withConnection { try await Self.loadCart(cartID, $0, self.logger) } }
+    }
+
+    /// Read in one repeatable-read transaction: the carts and the seq they reflect agree.
+    func snapshot(of cartIDs: Set<String>?) async throws -> CartSnapshot {
+        let ids = cartIDs.map { Array($0) }
+        let logger = self.logger
+        return try await run {
+            try await self.client.withTransaction(logger: logger) { connection in
+                try await connection.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", logger: logger)
+                let seq = try await connection.query("SELECT latest FROM event_seq", logger: logger).collect().first?.decode(Int64.self) ?? 0
+                var itemsByCart: [String: [CartItem]] = [:]
+                let lines = try await connection.query(
+                    """
+                    SELECT cart_id, sku, quantity, unit_price_cents, name FROM cart_items
+                    WHERE \(ids == nil) OR cart_id = ANY(\(ids ?? [])) ORDER BY cart_id, position
+                    """, logger: logger)
+                for try await (cartID, sku, quantity, price, name) in lines.decode((String, String, Int64, Int64, String?).self) {
+                    itemsByCart[cartID, default: []].append(CartItem(sku: sku, quantity: Int(quantity), unitPriceCents: Int(price), name: name))
+                }
+                var carts: [Cart] = []
+                let rows = try await connection.query(
+                    "SELECT id, version FROM carts WHERE \(ids == nil) OR id = ANY(\(ids ?? [])) ORDER BY id", logger: logger)
+                for try await (id, version) in rows.decode((String, Int64).self) {
+                    carts.append(Cart(id: id, version: version, items: itemsByCart[id] ?? []))
+                }
+                return CartSnapshot(carts: carts, seq: seq)
+            }
+        }
+    }
+
+    func events(after seq: Int64, limit: Int, carts: Set<String>?) async throws -> EventLogRead {
+        let ids = carts.map { Array($0) }
+        let logger = self.logger
+        return try await run {
+            try await self.client.withTransaction(logger: logger) { connection in
+                try await connection.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", logger: logger)
+                let (latest, oldest) = try await connection.query(
+                    "SELECT latest, (SELECT min(seq) FROM cart_events) FROM event_seq", logger: logger
+                ).collect().first?.decode((Int64, Int64?).self) ?? (Int64(0), nil)
+                guard seq <= latest else {
+                    throw CartStoreError(.sinceAhead, "since \(seq) is ahead of the newest event \(latest): this log is not the one you followed")
+                }
+                let oldestRetained = oldest ?? latest + 1
+                guard seq + 1 >= oldestRetained else {
+                    return .tooOld(oldestRetainedSeq: oldestRetained, latestSeq: latest)
+                }
+                var events: [CartEvent] = []
+                let rows = try await connection.query(
+                    """
+                    SELECT seq, cart_id, change, cart_version, committed_at FROM cart_events
+                    WHERE seq > \(seq) AND (\(ids == nil) OR cart_id = ANY(\(ids ?? [])))
+                    ORDER BY seq LIMIT \(Int64(limit))
+                    """, logger: logger)
+                for try await (eventSeq, cartID, change, version, committedAt) in rows.decode((Int64, String, String, Int64, Int64).self) {
+                    events.append(try .stored(seq: eventSeq, cartID: cartID, change: change, version: version, committedAt: committedAt))
+                }
+                return .events(events, latestSeq: latest)
+            }
+        }
+    }
+
+    func latestSeq() async throws -> Int64 {
+        try await run {
+            try await self.client.query("SELECT latest FROM event_seq", logger: self.logger).collect().first?.decode(Int64.self) ?? 0
+        }
+    }
+
+    func oldestRetainedSeq() async throws -> Int64 {
+        try await run {
+            try await self.client.query(
+                "SELECT coalesce((SELECT min(seq) FROM cart_events), latest + 1) FROM event_seq", logger: self.logger
+            ).collect().first?.decode(Int64.self) ?? 1
+        }
+    }
+
+    func pruneEvents(keepingLast count: Int) async throws -> Int {
+        try await run {
+            try await self.client.query(
+                """
+                WITH pruned AS (DELETE FROM cart_events WHERE seq <= (SELECT latest FROM event_seq) - \(Int64(count)) RETURNING 1)
+                SELECT count(*) FROM pruned
+                """, logger: self.logger
+            ).collect().first.map { Int(try $0.decode(Int64.self)) } ?? 0
+        }
+    }
+
+    func pruneEvents(committedBefore date: Date) async throws -> Int {
+        try await run {
+            try await self.client.query(
+                """
+                WITH pruned AS (DELETE FROM cart_events WHERE committed_at < \(date.millisecondsSince1970) RETURNING 1)
+                SELECT count(*) FROM pruned
+                """, logger: self.logger
+            ).collect().first.map { Int(try $0.decode(Int64.self)) } ?? 0
+        }
+    }
+
+    // MARK: Errors
+
+    /// Runs `body`, with PostgreSQL's failures as the store's errors.
+    private func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch {
+            throw Self.storage(error, at: location)
+        }
+    }
+
+    /// A PostgreSQL failure as the store's error: a full disk, or a database that cannot be
+    /// reached or written. The store's own errors (refusals, vetoes) pass through.
+    static func storage(_ error: any Error, at location: PostgresLocation) -> any Error {
+        if error is CartStoreError { return error }
+        if let transaction = error as? PostgresTransactionError {
+            if let inner = transaction.closureError { return storage(inner, at: location) }
+        }
+        if let psql = error as? PSQLError, psql.serverInfo?[.sqlState] == "53100" {
+            return CartStoreError(.storageFull, "the database's disk is full; nothing was written (writes resume once space is freed)")
+        }
+        return CartStoreError(.storeUnavailable, "\(location.description) cannot be used (\(describe(error))); nothing was written")
+    }
+
+    /// A short description of a PostgresNIO error: the server's message when there is one.
+    static func describe(_ error: any Error) -> String {
+        if let psql = error as? PSQLError {
+            if let message = psql.serverInfo?[.message] { return message }
+            return "\(psql.code)"
+        }
+        return "\(error)"
+    }
+}

@@ -1,0 +1,125 @@
+import Logging
+import PostgresNIO
+
+/// How a store on PostgreSQL hears of every commit, its own and other servers': it reads the
+/// log after the last seq it delivered, in order, and delivers each event to the store's
+/// observers, exactly as a local commit would be.
+///
+/// A commit NOTIFYs `fanout_events`, but the notification is only a doorbell: what is
+/// delivered always comes from the log. Seqs are taken under one row lock held to commit, so
+/// the committed seqs are a gap-free prefix at any moment, and reading "after the last one
+/// delivered" can neither skip nor repeat. A missed notification, a dropped LISTEN connection
+/// or a restarted PostgreSQL therefore lose nothing; a poll every `pollInterval` covers a
+/// connection that went silent.
+actor PostgresFollower {
+    static let channel = "fanout_events"
+
+    private let client: PostgresClient
+    private let logger: Logger
+    private weak var store: CartStore?
+    /// The newest seq delivered to this store's observers.
+    private(set) var delivered: Int64
+
+    init(client: PostgresClient, deliveredThrough seq: Int64, logger: Logger) {
+        self.client = client
+        self.delivered = seq
+        self.logger = logger
+    }
+
+    func attach(_ store: CartStore) {
+        self.store = store
+    }
+
+    /// A catch-up is under way: later callers wait for it, and it reads once more for them.
+    private var catchingUp = false
+    private var readAgain = false
+    private var waiting: [CheckedContinuation<Void, any Error>] = []
+
+    /// Reads and delivers everything committed after `delivered`, in pages, in seq order; when
+    /// it returns, everything committed before it was called has been delivered.
+    ///
+    /// One catch-up at a time: the actor is re-entered at every `await`, and two reads from the
+    /// same `delivered` would deliver the same events twice. A call that finds one under way
+    /// asks it to read once more and waits for it.
+    func catchUp() async throws {
+        if catchingUp {
+            readAgain = true
+            return try await withCheckedThrowingContinuation { waiting.append($0) }
+        }
+        catchingUp = true
+        var failure: (any Error)?
+        repeat {
+            readAgain = false
+            do {
+                try await deliverCommitted()
+            } catch {
+                failure = error
+                break
+            }
+        } while readAgain
+        catchingUp = false
+        let waiters = waiting
+        waiting.removeAll()
+        for waiter in waiters {
+            if let failure { waiter.resume(throwing: failure) } else { waiter.resume() }
+        }
+        if let failure { throw failure }
+    }
+
+    private func deliverCommitted() async throws {
+        while true {
+            let from = delivered
+            var page: [CartEvent] = []
+            let rows = try await client.query(
+                """
+                SELECT seq, cart_id, change, cart_version, committed_at FROM cart_events
+                WHERE seq > \(from) ORDER BY seq LIMIT 1000
+                """, logger: logger)
+            for try await (seq, cartID, change, version, committedAt) in rows.decode((Int64, String, String, Int64, Int64).self) {
+                page.append(try .stored(seq: seq, cartID: cartID, change: change, version: version, committedAt: committedAt))
+            }
+            for event in page {
+                store?.deliver(event)
+                delivered = event.seq
+            }
+            if page.count < 1000 { return }
+        }
+    }
+
+    /// Catches up, logging rather than throwing (for the doorbell and the poll).
+    func catchUpQuietly() async {
+        do {
+            try await catchUp()
+        } catch {
+            logger.warning("cannot read the event log to deliver it: \(error)")
+        }
+    }
+
+    /// LISTENs on `channel` and catches up at each notification, reconnecting after a lost
+    /// connection, until cancelled; catches up after each (re)connection too.
+    nonisolated func listen(reconnectDelay: Duration = .seconds(1)) async {
+        while !Task.isCancelled {
+            do {
+                try await client.withConnection { connection in
+                    let notifications = try await connection.listen(Self.channel)
+                    await self.catchUpQuietly()
+                    for try await _ in notifications {
+                        await self.catchUpQuietly()
+                    }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("LISTEN \(Self.channel) lost (\(error)); reconnecting")
+            }
+            try? await Task.sleep(for: reconnectDelay)
+        }
+    }
+
+    /// Catches up every `interval` until cancelled: covers a notification that never came.
+    nonisolated func poll(every interval: Duration) async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: interval)
+            await catchUpQuietly()
+        }
+    }
+}

@@ -1,0 +1,42 @@
+import Foundation
+import PostgresNIO
+
+/// Where a PostgreSQL database is: `postgres://user[:password]@host[:port]/database` (or
+/// `postgresql://`), the form `DATABASE_URL` takes. TLS is not used: the server is expected on
+/// the same host or a private network.
+struct PostgresLocation: Sendable, Equatable {
+    var host: String
+    var port: Int
+    var username: String
+    var password: String?
+    var database: String
+
+    /// Whether `string` names a PostgreSQL database rather than a file.
+    static func isPostgresURL(_ string: String) -> Bool {
+        string.hasPrefix("postgres://") || string.hasPrefix("postgresql://")
+    }
+
+    init(url string: String) throws {
+        guard Self.isPostgresURL(string), let url = URLComponents(string: string),
+              let host = url.host, !host.isEmpty else {
+            throw CartStoreError(.storeUnavailable, "not a PostgreSQL URL (postgres://user@host:port/database): \(string)")
+        }
+        let database = url.path.hasPrefix("/") ? String(url.path.dropFirst()) : url.path
+        guard !database.isEmpty, !database.contains("/") else {
+            throw CartStoreError(.storeUnavailable, "the PostgreSQL URL names no database (postgres://user@host:port/database): \(string)")
+        }
+        self.host = host
+        port = url.port ?? 5432
+        username = url.user.flatMap { $0.removingPercentEncoding } ?? "postgres"
+        password = url.password.flatMap { $0.removingPercentEncoding }
+        self.database = database.removingPercentEncoding ?? database
+    }
+
+    var clientConfiguration: PostgresClient.Configuration {
+        PostgresClient.Configuration(
+            host: host, port: port, username: username, password: password, database: database, tls: .disable)
+    }
+
+    /// The URL without its password, for messages.
+    var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }
+}

@@ -1,0 +1,62 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+/// The PostgreSQL schema: `migrations/postgresql/*.sql`, carried in the binary, applied in
+/// order, each once, recorded in `fanout_migrations`. Several servers may start at once on one
+/// database: the migrations run in one transaction under an advisory lock, so one applies them
+/// and the others find them applied.
+enum PostgresSchema {
+    static var migrations: [EmbeddedMigration] { embeddedPostgresMigrations }
+
+    /// The advisory lock key of migrations (any constant; "fanout" in ASCII).
+    private static let migrationLock: Int64 = 0x66_61_6e_6f_75_74
+
+    static func migrate(_ client: PostgresClient, logger: Logger) async throws {
+        try await client.withTransaction(logger: logger) { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+            let hasLedger = try await connection.query(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'fanout_migrations'",
+                logger: logger
+            ).collect().first?.decode(Int64.self) ?? 0
+            if hasLedger == 0 {
+                let tables = try await connection.query(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()", logger: logger
+                ).collect().first?.decode(Int64.self) ?? 0
+                guard tables == 0 else {
+                    throw CartStoreError(.notAFanoutDatabase, "the database has tables of another program's (and no fanout_migrations); it was left untouched")
+                }
+                try await connection.query(
+                    "CREATE TABLE fanout_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+                    logger: logger)
+            }
+            var applied = Set<String>()
+            for try await name in try await connection.query("SELECT name FROM fanout_migrations", logger: logger).decode(String.self) {
+                applied.insert(name)
+            }
+            let known = Set(migrations.map(\.name))
+            if let unknown = applied.subtracting(known).sorted().first {
+                throw CartStoreError(.schemaTooNew, "the database was migrated by a newer version (migration \(unknown)); upgrade this server")
+            }
+            for migration in migrations where !applied.contains(migration.name) {
+                for statement in statements(in: migration.sql) {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                try await connection.query("INSERT INTO fanout_migrations (name) VALUES (\(migration.name))", logger: logger)
+            }
+        }
+    }
+
+    /// The statements of a migration file (the extended protocol takes one per query): split at
+    /// semicolons that end a line, `--` comments dropped. The files are plain DDL, with no
+    /// semicolons inside strings or function bodies.
+    static func statements(in sql: String) -> [String] {
+        let lines = sql.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            line.range(of: "--").map { line[..<$0.lowerBound] } ?? line
+        }
+        return lines.joined(separator: "\n")
+            .split(separator: ";")
+            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            .filter { !$0.isEmpty }
+    }
+}
