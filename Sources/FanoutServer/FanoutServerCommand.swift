@@ -12,6 +12,8 @@ struct FanoutServerCommand: AsyncParsableCommand {
         discussion: """
             The first line on stdout is always `listening on http://HOST:PORT`.
             Example: fanout-server --port 8080 --db ./fanout.sqlite
+            Several servers share one PostgreSQL database: every one delivers every commit.
+            Example: fanout-server --port 8080 --db postgres://fanout@127.0.0.1:5432/fanout
             """)
 
     @Option(help: "Port to listen on; 0 picks a free one.")
@@ -20,8 +22,13 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(help: "Address to bind. The default accepts local connections only.")
     var host: String = "127.0.0.1"
 
-    @Option(name: .customLong("db"), help: "SQLite database file (created if missing).")
-    var databasePath: String = "./fanout.sqlite"
+    @Option(name: .customLong("db"), help: ArgumentHelp(
+        "SQLite database file (created if missing), or a PostgreSQL database as postgres://user[:password]@host[:port]/database (or set DATABASE_URL).",
+        valueName: "path-or-url"))
+    var databasePath: String?
+
+    @Option(name: .customLong("database-url"), help: "The same as --db with a postgres:// URL.")
+    var databaseURL: String?
 
     @Option(help: "Seconds between heartbeats, both ways (fractions allowed).")
     var heartbeatInterval: Double = 5
@@ -65,7 +72,8 @@ struct FanoutServerCommand: AsyncParsableCommand {
         var configuration = ServerConfiguration()
         configuration.host = host
         configuration.port = port
-        configuration.databasePath = databasePath
+        configuration.databasePath = databaseURL ?? databasePath
+            ?? environment["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? configuration.databasePath
         configuration.heartbeatInterval = .seconds(heartbeatInterval)
         configuration.leaseTTL = .seconds(leaseTtl)
         configuration.outboxLimit = outboxLimit
@@ -83,12 +91,17 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.maxConnections = max(16, OpenFilesLimit.raise(logger: logger) - OpenFilesLimit.reserve)
 
         let store: CartStore
+        let location = configuration.databasePath
         do {
-            store = try CartStore(path: configuration.databasePath)
+            if CartStore.isPostgresURL(location) {
+                store = try await CartStore.open(postgresURL: location)
+            } else {
+                store = try CartStore(path: location)
+            }
         } catch let error as CartStoreError {
-            throw StartupFailure(description: "cannot use \(configuration.databasePath): \(error.message)")
+            throw StartupFailure(description: "cannot use \(Self.withoutPassword(location)): \(error.message)")
         } catch {
-            throw StartupFailure(description: "cannot open database \(configuration.databasePath): \(error)")
+            throw StartupFailure(description: "cannot open database \(Self.withoutPassword(location)): \(error)")
         }
         let host = configuration.host
         let server = try await buildApplication(configuration: configuration, store: store, logger: logger) { port in
@@ -97,6 +110,17 @@ struct FanoutServerCommand: AsyncParsableCommand {
         }
         try await server.run()
         try store.close()
+    }
+}
+
+extension FanoutServerCommand {
+    /// A database location as it may be printed: a URL's password replaced by `***`.
+    static func withoutPassword(_ location: String) -> String {
+        guard CartStore.isPostgresURL(location), var url = URLComponents(string: location), url.password != nil else {
+            return location
+        }
+        url.password = "***"
+        return url.string ?? location
     }
 }
 

@@ -41,6 +41,10 @@ final class PostgresBackend: CartStoreBackend {
         let location = try PostgresLocation(url: url)
         var logger = Logger(label: "fanout.postgres")
         logger.logLevel = .warning
+        // PostgresNIO's own warnings include one for every query made before `run()` has
+        // started in its task, which is harmless; its errors still show.
+        var clientLogger = logger
+        clientLogger.logLevel = .error
         // One connection first, so that a server that is down or refuses us is an error now
         // rather than requests that wait for the pool to give up.
         do {
@@ -53,7 +57,7 @@ final class PostgresBackend: CartStoreBackend {
         } catch {
             throw CartStoreError(.storeUnavailable, "cannot connect to \(location.description): \(Self.describe(error))")
         }
-        let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: logger)
+        let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: clientLogger)
         let run = Task { await client.run() }
         do {
             try await PostgresSchema.migrate(client, logger: logger)

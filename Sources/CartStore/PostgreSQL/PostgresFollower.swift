@@ -91,7 +91,7 @@ actor PostgresFollower {
         do {
             try await catchUp()
         } catch {
-            logger.warning("cannot read the event log to deliver it: \(error)")
+            if !Task.isCancelled { logger.warning("cannot read the event log to deliver it: \(error)") }
         }
     }
 

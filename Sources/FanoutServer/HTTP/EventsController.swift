@@ -13,7 +13,7 @@ struct EventsController: Sendable {
             try await health.check()
             return HealthResponse()
         }
-        router.get("stats") { _, _ in hub.stats }
+        router.get("stats") { _, _ in await hub.statsWithLag() }
     }
 
     /// The longest a long-poll may wait, in seconds.

@@ -41,6 +41,12 @@ final class FanoutHub: CartStoreObserver {
         var transports: [String: TransportStats]
         /// `GET /events?wait=S` requests waiting now.
         var waitingPolls: Int
+        /// The store's engine: `sqlite` or `postgresql`.
+        var engine: String
+        /// How many committed events this server has not yet delivered (the database's newest
+        /// seq minus `latestSeq`; with PostgreSQL, other servers' commits on their way here).
+        /// Absent when the database could not be read.
+        var behindBy: Int64?
     }
 
     struct TransportStats: Codable, Sendable, Equatable {
@@ -254,7 +260,18 @@ final class FanoutHub: CartStoreObserver {
                 let counts = byTransport[framing.rawValue]
                 return (framing.metricLabel, TransportStats(subscribers: counts.subscribers, ended: everyReason(counts.ended)))
             }),
-            waitingPolls: parkedPolls.count)
+            waitingPolls: parkedPolls.count,
+            engine: store.engineName,
+            behindBy: nil)
+    }
+
+    /// `stats`, with `behindBy` read from the database.
+    func statsWithLag() async -> Stats {
+        var stats = self.stats
+        if let newest = try? await store.latestSeq() {
+            stats.behindBy = max(0, newest - stats.latestSeq)
+        }
+        return stats
     }
 }
 
