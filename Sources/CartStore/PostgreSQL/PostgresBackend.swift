@@ -86,8 +86,8 @@ final class PostgresBackend: CartStoreBackend {
 
     func checkWritable() async throws {
         let (inRecovery, readOnly) = try await run {
-            try await self.client.query("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')", logger: self.logger)
-                .collect().first?.decode((Bool, String).self) ?? (true, "on")
+            try await self.query("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')", logger: self.logger)
+                .first?.decode((Bool, String).self) ?? (true, "on")
         }
         guard !inRecovery, readOnly == "off" else {
             throw CartStoreError(.storeUnavailable, "\(location.description) is read-only (a standby, or transaction_read_only); nothing can be written")
@@ -115,12 +115,14 @@ final class PostgresBackend: CartStoreBackend {
             let outcomes: [Result<CartCommit, any Error>]
             do {
                 outcomes = try await run { try await self.commitBatch(batch.map(\.work), for: store) }
-                try await follower.catchUp()
             } catch {
                 let error = Self.storage(error, at: location)
                 for mutation in batch { mutation.caller.resume(throwing: error) }
                 continue
             }
+            // Committed: delivered here before the callers hear back, unless the database went
+            // away just now (then the follower delivers it once it is back; the commit stands).
+            await follower.catchUpQuietly()
             for (mutation, outcome) in zip(batch, outcomes) {
                 mutation.caller.resume(with: outcome)
             }
@@ -130,7 +132,7 @@ final class PostgresBackend: CartStoreBackend {
     private func commitBatch(_ mutations: [CartMutation], for store: CartStore) async throws -> [Result<CartCommit, any Error>] {
         commits.transactions.add(1, ordering: .relaxed)
         let logger = self.logger
-        return try await client.withTransaction(logger: logger) { connection in
+        return try await withConnection { connection in try await connection.withTransaction(logger: logger) { connection in
             // Every writer of every server, one after the other from here to COMMIT.
             try await connection.query("SELECT latest FROM event_seq FOR UPDATE", logger: logger)
             var outcomes: [Result<CartCommit, any Error>] = []
@@ -153,7 +155,7 @@ final class PostgresBackend: CartStoreBackend {
                 try await connection.query("SELECT pg_notify(\(PostgresFollower.channel), \(String(newest)))", logger: logger)
             }
             return outcomes
-        }
+        } }
     }
 
     /// One mutation, inside the batch's transaction: the cart read, the plan, its rows written.
@@ -214,7 +216,7 @@ final class PostgresBackend: CartStoreBackend {
     // MARK: Reads
 
     func cart(_ cartID: String) async throws -> Cart? {
-        try await run { try await self.client.withConnection { try await Self.loadCart(cartID, $0, self.logger) } }
+        try await run { try await self.withConnection { try await Self.loadCart(cartID, $0, self.logger) } }
     }
 
     /// Read in one repeatable-read transaction: the carts and the seq they reflect agree.
@@ -222,7 +224,7 @@ final class PostgresBackend: CartStoreBackend {
         let ids = cartIDs.map { Array($0) }
         let logger = self.logger
         return try await run {
-            try await self.client.withTransaction(logger: logger) { connection in
+            try await self.withConnection { connection in try await connection.withTransaction(logger: logger) { connection in
                 try await connection.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", logger: logger)
                 let seq = try await connection.query("SELECT latest FROM event_seq", logger: logger).collect().first?.decode(Int64.self) ?? 0
                 var itemsByCart: [String: [CartItem]] = [:]
@@ -241,7 +243,7 @@ final class PostgresBackend: CartStoreBackend {
                     carts.append(Cart(id: id, version: version, items: itemsByCart[id] ?? []))
                 }
                 return CartSnapshot(carts: carts, seq: seq)
-            }
+            } }
         }
     }
 
@@ -249,7 +251,7 @@ final class PostgresBackend: CartStoreBackend {
         let ids = carts.map { Array($0) }
         let logger = self.logger
         return try await run {
-            try await self.client.withTransaction(logger: logger) { connection in
+            try await self.withConnection { connection in try await connection.withTransaction(logger: logger) { connection in
                 try await connection.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", logger: logger)
                 let (latest, oldest) = try await connection.query(
                     "SELECT latest, (SELECT min(seq) FROM cart_events) FROM event_seq", logger: logger
@@ -272,47 +274,87 @@ final class PostgresBackend: CartStoreBackend {
                     events.append(try .stored(seq: eventSeq, cartID: cartID, change: change, version: version, committedAt: committedAt))
                 }
                 return .events(events, latestSeq: latest)
-            }
+            } }
         }
     }
 
     func latestSeq() async throws -> Int64 {
         try await run {
-            try await self.client.query("SELECT latest FROM event_seq", logger: self.logger).collect().first?.decode(Int64.self) ?? 0
+            try await self.query("SELECT latest FROM event_seq", logger: self.logger).first?.decode(Int64.self) ?? 0
         }
     }
 
     func oldestRetainedSeq() async throws -> Int64 {
         try await run {
-            try await self.client.query(
+            try await self.query(
                 "SELECT coalesce((SELECT min(seq) FROM cart_events), latest + 1) FROM event_seq", logger: self.logger
-            ).collect().first?.decode(Int64.self) ?? 1
+            ).first?.decode(Int64.self) ?? 1
         }
     }
 
     func pruneEvents(keepingLast count: Int) async throws -> Int {
         try await run {
-            try await self.client.query(
+            try await self.query(
                 """
                 WITH pruned AS (DELETE FROM cart_events WHERE seq <= (SELECT latest FROM event_seq) - \(Int64(count)) RETURNING 1)
                 SELECT count(*) FROM pruned
                 """, logger: self.logger
-            ).collect().first.map { Int(try $0.decode(Int64.self)) } ?? 0
+            ).first.map { Int(try $0.decode(Int64.self)) } ?? 0
         }
     }
 
     func pruneEvents(committedBefore date: Date) async throws -> Int {
         try await run {
-            try await self.client.query(
+            try await self.query(
                 """
                 WITH pruned AS (DELETE FROM cart_events WHERE committed_at < \(date.millisecondsSince1970) RETURNING 1)
                 SELECT count(*) FROM pruned
                 """, logger: self.logger
-            ).collect().first.map { Int(try $0.decode(Int64.self)) } ?? 0
+            ).first.map { Int(try $0.decode(Int64.self)) } ?? 0
         }
     }
 
-    // MARK: Errors
+    // MARK: Connections and errors
+
+    /// How long a request waits for a connection before it fails as `storeUnavailable`: while
+    /// PostgreSQL is down, the pool keeps trying to connect and would hold requests meanwhile.
+    static let leaseTimeout: Duration = .seconds(5)
+
+    /// Runs `body` on a pooled connection, or throws `storeUnavailable` when none could be had
+    /// within `leaseTimeout`. Only the wait for a connection is bounded: once `body` runs, it
+    /// runs to its end, so a commit is never cut off between COMMIT and its answer.
+    private func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        let leased = NIOLockedValueBox(false)
+        let client = self.client
+        let location = self.location
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                try await client.withConnection { connection in
+                    leased.withLockedValue { $0 = true }
+                    return try await body(connection)
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: Self.leaseTimeout)
+                guard leased.withLockedValue({ $0 }) else {
+                    throw CartStoreError(.storeUnavailable, "\(location.description) gave no connection within \(Self.leaseTimeout); nothing was written")
+                }
+                return nil
+            }
+            while let next = try await group.next() {
+                if let value = next {
+                    group.cancelAll()
+                    return value
+                }
+            }
+            preconditionFailure("the connection task ended without a result")
+        }
+    }
+
+    /// One query on a pooled connection, its rows collected.
+    private func query(_ query: PostgresQuery, logger: Logger) async throws -> [PostgresRow] {
+        try await withConnection { try await $0.query(query, logger: logger).collect() }
+    }
 
     /// Runs `body`, with PostgreSQL's failures as the store's errors.
     private func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {

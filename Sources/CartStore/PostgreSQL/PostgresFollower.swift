@@ -86,12 +86,23 @@ actor PostgresFollower {
         }
     }
 
+    /// Whether the last catch-up failed: failures are logged when they start and end, not at
+    /// every poll while the database is away.
+    private var failing = false
+
     /// Catches up, logging rather than throwing (for the doorbell and the poll).
     func catchUpQuietly() async {
         do {
             try await catchUp()
+            if failing {
+                failing = false
+                logger.notice("reading the event log again; delivered through seq \(delivered)")
+            }
         } catch {
-            if !Task.isCancelled { logger.warning("cannot read the event log to deliver it: \(error)") }
+            if !Task.isCancelled, !failing {
+                failing = true
+                logger.warning("cannot read the event log to deliver it (retrying every second): \(PostgresBackend.describe(error))")
+            }
         }
     }
 
@@ -109,7 +120,7 @@ actor PostgresFollower {
                 }
             } catch {
                 if Task.isCancelled { return }
-                logger.warning("LISTEN \(Self.channel) lost (\(error)); reconnecting")
+                logger.warning("LISTEN \(Self.channel) lost (\(PostgresBackend.describe(error))); reconnecting")
             }
             try? await Task.sleep(for: reconnectDelay)
         }
