@@ -90,17 +90,9 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
     log "installing ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    # The nginx package starts a system nginx on port 80 when it can; this benchmark starts
-    # its own, so forbid service starts during the install (unless a policy already exists).
-    policy=""
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        policy=/usr/sbin/policy-rc.d
-        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
-    fi
-    apt-get update
-    apt-get install -y --no-install-recommends "${need[@]}" || { [ -z "$policy" ] || rm -f "$policy"; exit 1; }
-    [ -z "$policy" ] || rm -f "$policy"
+    # Without starting the system nginx the package would start on port 80: this benchmark
+    # starts its own.
+    ./scripts/apt-install --no-install-recommends "${need[@]}"
 fi
 [ -x "$NGINX" ] || NGINX=$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)
 [ -x "$NGINX" ] || die "nginx is missing after install"

@@ -108,24 +108,6 @@ final class StalledClient: @unchecked Sendable {
     deinit { close(socket) }
 }
 
-/// A TCP socket connected to 127.0.0.1:`port`, with `configure` applied before connecting.
-func connectedSocket(port: Int, configure: (Int32) -> Void = { _ in }) throws -> Int32 {
-    let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    configure(socket)
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    guard connected == 0 else {
-        close(socket)
-        throw POSIXError(.ECONNREFUSED)
-    }
-    return socket
-}
-
 @Suite("Slow consumers", .timeLimit(.minutes(2)))
 struct SlowConsumerTests {
     @Test func aClientThatStopsReadingIsDroppedWhileWritesAndOtherSubscribersGoOn() async throws {

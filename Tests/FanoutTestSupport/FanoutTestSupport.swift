@@ -99,8 +99,13 @@ public struct ProcessOutcome: Sendable {
 /// the concurrency pool (the in-process servers of other tests need them), and reads both pipes
 /// as they fill, so a talkative program cannot stall on a full one.
 public func runToExit(_ name: String, _ arguments: [String], timeout: Duration = .seconds(30)) async throws -> ProcessOutcome {
+    try await runToExit(executable: ServerProcess.executable(name), arguments, timeout: timeout)
+}
+
+/// `runToExit` for any program, by its path (PostgreSQL's, for `PostgresServer`).
+public func runToExit(executable: URL, _ arguments: [String], timeout: Duration = .seconds(30)) async throws -> ProcessOutcome {
     let process = Process()
-    process.executableURL = ServerProcess.executable(name)
+    process.executableURL = executable
     process.arguments = arguments
     let standardOutput = PipeCollector(), standardError = PipeCollector()
     process.standardOutput = standardOutput.pipe
