@@ -94,6 +94,12 @@ struct EventStreamTests {
             while server.hub.stats.subscribers == 2, written < 20_000 {
                 try await store.addItem(cartID: "c\(written / 500)", sku: "s\(written % 500)", quantity: 1, unitPriceCents: 1, name: name)
                 written += 1
+                // The reading stream is a reader that keeps up: on a loaded machine this test's
+                // writes can outrun it, so they wait whenever it is half the ring behind.
+                if written - reader.cartEvents.count > 128 {
+                    let target = written - 64
+                    await eventually("the reader to keep up") { reader.cartEvents.count >= target }
+                }
             }
             #expect(server.hub.stats.subscribers == 1, "still connected after \(written) writes")
             let ended = server.hub.stats.transports["sse"]?.ended ?? [:]

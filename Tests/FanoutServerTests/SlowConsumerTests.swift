@@ -123,6 +123,12 @@ struct SlowConsumerTests {
             while server.hub.stats.slowConsumerDrops == 0, written < 20_000 {
                 try await store.addItem(cartID: "c\(written / 500)", sku: "s\(written % 500)", quantity: 1, unitPriceCents: 1, name: name)
                 written += 1
+                // The reader is one that keeps up: on a loaded machine this test's writes can
+                // outrun it, so they wait whenever it is half the ring behind.
+                if written - reader.events.count > 128 {
+                    let target = written - 64
+                    await eventually("the reader to keep up") { reader.events.count >= target }
+                }
             }
             #expect(server.hub.stats.slowConsumerDrops == 1, "still connected after \(written) writes")
             #expect(server.hub.stats.subscribers == 1)
