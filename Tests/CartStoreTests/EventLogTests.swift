@@ -25,8 +25,9 @@ struct EventLogTests {
         }
     }
 
-    @Test func seqsAreGapFreeAndFoldingTheLogReproducesTheTables() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func seqsAreGapFreeAndFoldingTheLogReproducesTheTables(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         try await Self.churn(store, steps: 600)
         let log = try await wholeLog(store)
         #expect(!log.isEmpty)
@@ -39,8 +40,9 @@ struct EventLogTests {
         }
     }
 
-    @Test func eventsAfterASeqWithLimitAndCartFilter() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func eventsAfterASeqWithLimitAndCartFilter(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         for index in 1...10 {
             try await store.addItem(cartID: index.isMultiple(of: 2) ? "even" : "odd", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
         }
@@ -59,8 +61,9 @@ struct EventLogTests {
         #expect(none.isEmpty)
     }
 
-    @Test func badQueriesAreTypedErrors() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func badQueriesAreTypedErrors(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
         await #expect { try await store.events(after: -1) } throws: { CartStoreError.code($0) == .invalidSince }
         await #expect { try await store.events(after: 2) } throws: { CartStoreError.code($0) == .sinceAhead }
@@ -68,8 +71,9 @@ struct EventLogTests {
         await #expect { try await store.events(after: 0, carts: ["no spaces"]) } throws: { CartStoreError.code($0) == .invalidCartID }
     }
 
-    @Test func pruningByCountAnswersTooOldInsteadOfAGap() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func pruningByCountAnswersTooOldInsteadOfAGap(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         for index in 1...10 {
             try await store.addItem(cartID: "c", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
         }
@@ -82,8 +86,9 @@ struct EventLogTests {
         #expect(tail.map(\.seq) == [7, 8, 9, 10])
     }
 
-    @Test func pruningEverythingKeepsCountingAndNeverReusesSeqs() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func pruningEverythingKeepsCountingAndNeverReusesSeqs(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         for index in 1...3 {
             try await store.addItem(cartID: "c", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
         }
@@ -96,16 +101,18 @@ struct EventLogTests {
         #expect(next.event.seq == 4)
     }
 
-    @Test func pruningByAge() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func pruningByAge(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
         #expect(try await store.pruneEvents(committedBefore: Date().addingTimeInterval(-3600)) == 0)
         #expect(try await store.pruneEvents(committedBefore: Date().addingTimeInterval(60)) == 1)
         #expect(try await store.latestSeq() == 1)
     }
 
-    @Test func eventsReadBackEqualTheEventsReturnedAndDelivered() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func eventsReadBackEqualTheEventsReturnedAndDelivered(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         let observer = RecordingObserver()
         store.observers.add(observer)
         var returned: [CartEvent] = []

@@ -8,8 +8,9 @@ import Testing
 
 @Suite("Store observers")
 struct StoreObserverTests {
-    @Test func everyLiveObserverGetsEveryCommittedEventOnceInSeqOrder() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func everyLiveObserverGetsEveryCommittedEventOnceInSeqOrder(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         let observers = (0..<3).map { _ in RecordingObserver() }
         for observer in observers { store.observers.add(observer) }
         try await EventLogTests.churn(store, steps: 200)
@@ -33,8 +34,9 @@ struct StoreObserverTests {
         #expect(queued.seqs == Array(1...400))
     }
 
-    @Test func synchronousObserversHaveTheEventWhenTheMutationReturns() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func synchronousObserversHaveTheEventWhenTheMutationReturns(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         let observer = RecordingObserver()
         store.observers.add(observer)
         let commit = try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
@@ -73,8 +75,9 @@ struct StoreObserverTests {
         }
     }
 
-    @Test func aValidatorVetoRollsBackAndNoObserverSeesAnEvent() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func aValidatorVetoRollsBackAndNoObserverSeesAnEvent(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         let validator = Validator()
         let bystander = RecordingObserver()
         store.observers.add(bystander)
@@ -98,8 +101,9 @@ struct StoreObserverTests {
         #expect(next.event.seq == 2)
     }
 
-    @Test func anObserverReleasedByItsOwnerStopsReceiving() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func anObserverReleasedByItsOwnerStopsReceiving(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         var observer: RecordingObserver? = RecordingObserver()
         weak let weakObserver = observer
         store.observers.add(observer!)
@@ -111,8 +115,9 @@ struct StoreObserverTests {
         #expect(store.observers.count == 0)
     }
 
-    @Test func aQueuedObserverMayWriteToTheStoreInReaction() async throws {
-        let store = try CartStore.inMemory()
+    @Test(arguments: Engine.available)
+    func aQueuedObserverMayWriteToTheStoreInReaction(engine: Engine) async throws {
+        let store = try await engine.makeStore()
         final class Auditor: CartStoreObserver {
             func cartStore(_ store: CartStore, didCommit event: CartEvent) {
                 guard event.cartID == "c" else { return }

@@ -151,6 +151,26 @@ public final class PostgresServer: Sendable {
         Task { await cluster.remove() }
     }
 
+    /// Stops the cluster when the test process exits, for a server shared by many tests that
+    /// none of them may stop (Swift Testing has no end-of-run hook): an `atexit` handler sends
+    /// the postmaster SIGQUIT and removes the folder once it has gone (5 s at most).
+    public func stopWhenTheProcessExits() {
+        guard let cluster else { return }
+        let first = clustersToStopAtExit.withLockedValue { clusters in
+            clusters.append(cluster)
+            return clusters.count == 1
+        }
+        guard first else { return }
+        atexit {
+            for cluster in clustersToStopAtExit.withLockedValue({ $0 }) {
+                cluster.quit()
+                let deadline = Date().addingTimeInterval(5)
+                while cluster.isRunning, Date() < deadline { usleep(10_000) }
+                try? FileManager.default.removeItem(at: cluster.directory)
+            }
+        }
+    }
+
     /// This server's URL with `database` for its database.
     private func url(of database: String) -> String {
         var address = address
@@ -158,6 +178,9 @@ public final class PostgresServer: Sendable {
         return address.string!  // a plain name in a URL that was one
     }
 }
+
+/// The clusters `stopWhenTheProcessExits()` stops at exit.
+private let clustersToStopAtExit = NIOLockedValueBox<[Cluster]>([])
 
 /// A cluster's folder: `data/`, its Unix socket and `server.log`, the server's output.
 private struct Cluster {
@@ -250,6 +273,9 @@ private struct Cluster {
         }
         try? FileManager.default.removeItem(at: directory)
     }
+
+    /// Whether its postmaster is still there (it removes its pid file on the way out).
+    var isRunning: Bool { FileManager.default.fileExists(atPath: pidFile.path) }
 
     private var pidFile: URL { data.appending(path: "postmaster.pid") }
     private var serverLog: String { (try? String(contentsOf: log, encoding: .utf8)) ?? "(no server log)" }

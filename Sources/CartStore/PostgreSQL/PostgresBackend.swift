@@ -124,7 +124,7 @@ final class PostgresBackend: CartStoreBackend {
             // away just now (then the follower delivers it once it is back; the commit stands).
             await follower.catchUpQuietly()
             for (mutation, outcome) in zip(batch, outcomes) {
-                mutation.caller.resume(with: outcome)
+                mutation.caller.resume(with: outcome.mapError { Self.storage($0, at: location) })
             }
         }
     }
@@ -366,16 +366,25 @@ final class PostgresBackend: CartStoreBackend {
     }
 
     /// A PostgreSQL failure as the store's error: a full disk, or a database that cannot be
-    /// reached or written. The store's own errors (refusals, vetoes) pass through.
+    /// reached or written. Other errors (the store's refusals, a validator's veto) pass through.
     static func storage(_ error: any Error, at location: PostgresLocation) -> any Error {
-        if error is CartStoreError { return error }
         if let transaction = error as? PostgresTransactionError {
-            if let inner = transaction.closureError { return storage(inner, at: location) }
+            guard let inner = transaction.closureError ?? transaction.commitError ?? transaction.beginError else {
+                return CartStoreError(.storeUnavailable, "\(location.description) cannot be used (\(describe(error))); nothing was written")
+            }
+            return storage(inner, at: location)
         }
-        if let psql = error as? PSQLError, psql.serverInfo?[.sqlState] == "53100" {
-            return CartStoreError(.storageFull, "the database's disk is full; nothing was written (writes resume once space is freed)")
+        if let psql = error as? PSQLError {
+            if psql.serverInfo?[.sqlState] == "53100" {
+                return CartStoreError(.storageFull, "the database's disk is full; nothing was written (writes resume once space is freed)")
+            }
+            return CartStoreError(.storeUnavailable, "\(location.description) cannot be used (\(describe(error))); nothing was written")
         }
-        return CartStoreError(.storeUnavailable, "\(location.description) cannot be used (\(describe(error))); nothing was written")
+        // The connection pool's own errors (shut down, no connection can be made).
+        if String(reflecting: type(of: error)).contains("ConnectionPoolError") {
+            return CartStoreError(.storeUnavailable, "\(location.description) cannot be reached (\(error)); nothing was written")
+        }
+        return error
     }
 
     /// A short description of a PostgresNIO error: the server's message when there is one.
