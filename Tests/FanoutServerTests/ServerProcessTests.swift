@@ -62,4 +62,20 @@ struct ServerProcessTests {
             #expect(outcome.standardError.contains("Error"), "\(arguments): \(outcome.standardError)")
         }
     }
+
+    /// A PostgreSQL database nobody answers for: a clear error at once, not a server that
+    /// starts and fails every request. The password is not printed.
+    @Test func anUnreachablePostgreSQLIsAnErrorAtStart() async throws {
+        let port = try freeLoopbackPort()
+        for arguments in [["--db", "postgres://fanout:secret@127.0.0.1:\(port)/fanout"], ["--database-url", "postgresql://fanout:secret@127.0.0.1:\(port)/fanout"]] {
+            let outcome = try await runToExit("fanout-server", ["--port", "0"] + arguments)
+            #expect(!outcome.timedOut, "\(arguments): the server should have refused to start")
+            #expect(outcome.status != 0, "\(arguments)")
+            #expect(outcome.standardError.contains("cannot connect to postgres://fanout@127.0.0.1:\(port)/fanout"), "\(outcome.standardError)")
+            #expect(!outcome.standardError.contains("secret"), "the password stays out of the message")
+        }
+        let noDatabase = try await runToExit("fanout-server", ["--port", "0", "--db", "postgres://fanout@127.0.0.1:\(port)"])
+        #expect(noDatabase.status != 0)
+        #expect(noDatabase.standardError.contains("names no database"), "\(noDatabase.standardError)")
+    }
 }
