@@ -3,6 +3,9 @@ import Foundation
 import NIOConcurrencyHelpers
 import Synchronization
 import Testing
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// Several real `fanout-server` processes on one PostgreSQL database, with real clients.
 @Suite(
@@ -72,5 +75,64 @@ struct ManyNodesTests {
         for node in nodes.dropFirst() { node.signal(SIGTERM) }
         for node in nodes.dropFirst() { #expect(await node.waitForExit() == 0) }
         await postgres.stop()
+    }
+}
+
+/// A server whose PostgreSQL goes away and comes back.
+@Suite(
+    "PostgreSQL going away", .serialized, .timeLimit(.minutes(3)),
+    .enabled(if: PostgresServer.isInstalled || runningInCI, "apt-get install postgresql enables the tests that stop and restart PostgreSQL"))
+struct PostgresOutageTests {
+    /// While the database is down, changes are refused with 503 `store_unavailable` and
+    /// `/healthz` says 503, but subscribers stay connected; once it is back, changes go through
+    /// and every subscriber gets every event, gap-free.
+    @Test func changesAreRefusedWhileItIsDownAndDeliveryResumesGapFree() async throws {
+        let postgres = try await PostgresServer.startCluster()
+        let database = try await postgres.makeDatabase(named: "outage")
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
+        let port = server.port
+        let client = try SubscribeProcess(port: port)
+        await eventually("the snapshot") { client.output.first?.type == "snapshot" }
+        _ = await Mutations.burst(port: { port }, writers: 2, each: 5, tag: "before")
+        await eventually("10 events") { client.eventSeqs.count == 10 }
+
+        try await postgres.pause()
+        let refused = try await HTTPProbe.status(port: port, "POST", "/carts/down/items", body: #"{"sku":"a","quantity":1,"unitPriceCents":1}"#)
+        #expect(refused.status == 503)
+        #expect(refused.body.contains("store_unavailable"), "\(refused.body)")
+        await eventually(timeout: .seconds(20), "/healthz to say 503") {
+            (try? await HTTPProbe.status(port: port, "GET", "/healthz"))?.status == 503
+        }
+        #expect(client.process.isRunning, "the subscriber stays connected")
+        let stats = try await EndToEndTests.stats(port: port)
+        #expect(stats["subscribers"] as? Int == 1)
+
+        try await postgres.resume()
+        await eventually(timeout: .seconds(60), "changes to go through again") {
+            await Mutations.add(port: port, cart: "after", sku: "first") != nil
+        }
+        _ = await Mutations.burst(port: { port }, writers: 2, each: 5, tag: "after")
+        let log = try await Mutations.log(port: port)
+        #expect(log == Array(1...Int64(log.count)), "no gap in the log")
+        await eventually("every event") { client.eventSeqs.count >= log.count }
+        #expect(client.eventSeqs == log, "printed exactly once each, in order")
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+        await postgres.stop()
+    }
+}
+
+/// An HTTP request whose status and body the test looks at.
+enum HTTPProbe {
+    static func status(port: Int, _ method: String, _ path: String, body: String? = nil) async throws -> (status: Int, body: String) {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        request.httpMethod = method
+        request.timeoutInterval = 30
+        if let body {
+            request.httpBody = Data(body.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
     }
 }

@@ -151,6 +151,23 @@ public final class PostgresServer: Sendable {
         Task { await cluster.remove() }
     }
 
+    /// Stops the server but keeps the cluster, as a database that goes away under its users
+    /// (`pg_ctl stop -m fast`); `resume()` starts it again on the same port.
+    public func pause() async throws {
+        guard let cluster else { throw PostgresServerError(description: "FANOUT_POSTGRES_URL's server is not ours to stop") }
+        let stopped = try await cluster.run("pg_ctl", ["stop", "--wait", "--timeout=60", "--mode=fast", "--pgdata", cluster.data.path])
+        guard stopped.status == 0, !stopped.timedOut else { throw PostgresServerError(description: "pg_ctl stop failed", stopped) }
+    }
+
+    /// Starts a paused server again, on its port.
+    public func resume() async throws {
+        guard let cluster else { throw PostgresServerError(description: "FANOUT_POSTGRES_URL's server is not ours to start") }
+        let started = try await cluster.run("pg_ctl", [
+            "start", "--wait", "--timeout=120", "--pgdata", cluster.data.path, "--log", cluster.log.path, "-o", "-p \(port)",
+        ])
+        guard started.status == 0, !started.timedOut else { throw PostgresServerError(description: "pg_ctl start failed", started) }
+    }
+
     /// Stops the cluster when the test process exits, for a server shared by many tests that
     /// none of them may stop (Swift Testing has no end-of-run hook): an `atexit` handler sends
     /// the postmaster SIGQUIT and removes the folder once it has gone (5 s at most).
