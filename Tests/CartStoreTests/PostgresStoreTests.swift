@@ -92,6 +92,35 @@ struct PostgresStoreTests {
     }
 }
 
+extension PostgresStoreTests {
+    /// Servers started together on a new database: one migrates, the others wait for it (the
+    /// advisory lock) and find the schema there; all of them work.
+    @Test func storesOpenedAtOnceOnANewDatabaseMigrateItOnce() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let stores = try await withThrowingTaskGroup(of: CartStore.self) { group in
+            for _ in 0..<4 { group.addTask { try await CartStore.open(postgresURL: url) } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        defer { for store in stores { try? store.close() } }
+        for (index, store) in stores.enumerated() {
+            try await store.addItem(cartID: "c", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
+        }
+        #expect(try await stores[0].cart("c")?.items.count == 4)
+        let server = try await SharedPostgres.shared.server()
+        let applied = try await server.psql("SELECT name FROM fanout_migrations ORDER BY name", on: url)
+        #expect(applied.split(separator: "\n").map(String.init) == PostgresSchema.migrations.map(\.name), "each migration recorded once")
+    }
+
+    /// A database with another program's tables is refused and left as it was.
+    @Test func anotherProgramsDatabaseIsRefusedUntouched() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let server = try await SharedPostgres.shared.server()
+        _ = try await server.psql("CREATE TABLE invoices (id integer)", on: url)
+        await #expect { try await CartStore.open(postgresURL: url) } throws: { CartStoreError.code($0) == .notAFanoutDatabase }
+        #expect(try await server.psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", on: url) == "1\n", "nothing added")
+    }
+}
+
 /// Where two sequences first differ (index, and each side's element there), or nil: a short
 /// failure message for long lists.
 func firstDifference<T: Equatable>(_ a: [T], _ b: [T]) -> String? {
