@@ -43,13 +43,13 @@ struct Writers: Sendable {
         switch target.peer {
         case .fanout:
             // Carts of 10 lines, like real ones: the response carries the whole cart.
-            request = URLRequest(url: URL(string: "\(target.baseURL)/carts/bench-\(writer)-\(index / 10)/items")!)
+            request = URLRequest(url: URL(string: "\(target.baseURL(writer))/carts/bench-\(writer)-\(index / 10)/items")!)
             request.httpBody = Data(#"{"sku":"s\#(index % 10)","quantity":1,"unitPriceCents":100}"#.utf8)
             if let token = target.token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         case .nchan:
             let seq = nextSeq.next()
             publishedSeq = seq
-            request = URLRequest(url: URL(string: "\(target.baseURL)/pub/bench")!)
+            request = URLRequest(url: URL(string: "\(target.baseURL(writer))/pub/bench")!)
             request.httpBody = Data(#"{"seq":\#(seq)}"#.utf8)
         }
         request.httpMethod = "POST"

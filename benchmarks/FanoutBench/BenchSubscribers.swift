@@ -72,9 +72,9 @@ final class SubscriberFleet: Sendable {
     /// subscribed (or have failed).
     func connect(count: Int) async throws {
         guard count > 0 else { return }
-        let endpoint = try Endpoint(target)
+        let endpoints = try target.baseURLs.indices.map { try Endpoint(target, server: $0) }
         for index in 0..<count {
-            open(endpoint)
+            open(endpoints[index % endpoints.count])
             if index % 100 == 99 {
                 while readyCount.load(ordering: .relaxed) + failed.load(ordering: .relaxed) < index - 200 {
                     try await Task.sleep(for: .milliseconds(5))
@@ -201,8 +201,8 @@ private struct Endpoint: Sendable {
     /// The same request asking for an event stream, as bytes.
     let streamRequest: ByteBuffer
 
-    init(_ target: BenchTarget) throws {
-        let url = target.subscribeURL
+    init(_ target: BenchTarget, server: Int) throws {
+        let url = target.subscribeURL(server)
         guard let components = URLComponents(string: url), let host = components.host, !host.isEmpty else {
             throw BenchFailure("bad subscribe URL \(url)")
         }

@@ -34,8 +34,8 @@ struct FanoutBench: AsyncParsableCommand {
         case nchan
     }
 
-    @Option(help: "The server's base HTTP URL.")
-    var url: String = "http://127.0.0.1:8080"
+    @Option(help: "The server's base HTTP URL; repeat it for several servers on one database (subscribers and writers are spread over them in turn).")
+    var url: [String] = ["http://127.0.0.1:8080"]
 
     @Option(help: "WebSocket subscribers to open.")
     var subscribers: Int = 100
@@ -69,8 +69,10 @@ struct FanoutBench: AsyncParsableCommand {
     }
 
     func validate() throws {
-        guard let components = URLComponents(string: url), ["http", "https"].contains(components.scheme ?? "") else {
-            throw ValidationError("--url must be the server's http:// URL (got \(url))")
+        for url in url {
+            guard let components = URLComponents(string: url), ["http", "https"].contains(components.scheme ?? "") else {
+                throw ValidationError("--url must be the server's http:// URL (got \(url))")
+            }
         }
         guard subscribers >= 0, events >= 0, writers >= 1, (receiveThreads ?? 1) >= 1 else {
             throw ValidationError("--subscribers and --events must be ≥ 0, --writers and --receive-threads ≥ 1")
@@ -79,7 +81,7 @@ struct FanoutBench: AsyncParsableCommand {
 
     func run() async throws {
         let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
-        let target = BenchTarget(peer: peer, transport: transport, baseURL: url, token: token)
+        let target = BenchTarget(peer: peer, transport: transport, baseURLs: url, token: token)
         let server = ProcessMeter(pids: serverPIDs)
         // This process too: what receiving and writing cost the bench itself.
         let bench = ProcessMeter(pids: [getpid()])
@@ -128,11 +130,15 @@ struct FanoutBench: AsyncParsableCommand {
 struct BenchTarget: Sendable {
     let peer: FanoutBench.Peer
     let transport: FanoutBench.Transport
-    let baseURL: String
+    /// One server's, or several servers' on one database: subscriber or writer `i` uses the
+    /// `i % count`-th.
+    let baseURLs: [String]
     let token: String?
 
-    var subscribeURL: String {
-        let ws = baseURL.replacingOccurrences(of: "http://", with: "ws://").replacingOccurrences(of: "https://", with: "wss://")
+    func baseURL(_ index: Int) -> String { baseURLs[index % baseURLs.count] }
+
+    func subscribeURL(_ index: Int) -> String {
+        let ws = baseURL(index).replacingOccurrences(of: "http://", with: "ws://").replacingOccurrences(of: "https://", with: "wss://")
         return ws + (peer == .fanout ? "/subscribe" : "/sub/bench")
     }
 

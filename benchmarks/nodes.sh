@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One fanout-server against two on one PostgreSQL database, next to SQLite: mutations/s and
+# p50/p99 write -> receipt with 1 000 subscribers (on one server, or 500 on each of two, writes
+# spread over both). Usage: bash benchmarks/nodes.sh   (see benchmarks/README.md)
+#
+# Needs PostgreSQL's server programs (apt-get install postgresql); starts its own throwaway
+# cluster on 127.0.0.1 (as the postgres user when run as root) and removes it at exit.
+# Environment: SCRATCH (build folder, default .build-release), SUBSCRIBERS (1000), EVENTS (500).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
+SCRATCH=${SCRATCH:-.build-release}
+SUBSCRIBERS=${SUBSCRIBERS:-1000}
+EVENTS=${EVENTS:-500}
+TMP=$(mktemp -d -t fanout-nodes.XXXXXX)
+chmod 755 "$TMP"
+pids=()
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+[ -x "$PGBIN/initdb" ] || { echo "nodes.sh: PostgreSQL is not installed (apt-get install postgresql)" >&2; exit 1; }
+as_postgres=()
+[ "$(id -u)" -ne 0 ] || { as_postgres=(runuser -u postgres --); chown postgres "$TMP"; }
+
+cleanup() {
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    "${as_postgres[@]}" "$PGBIN/pg_ctl" stop -m immediate -D "$TMP/pg" >/dev/null 2>&1 || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+ulimit -n 20000 2>/dev/null || true
+for product in fanout-server fanout-bench; do
+    swift build -c release --scratch-path "$SCRATCH" --product "$product" >&2
+done
+BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"${as_postgres[@]}" "$PGBIN/initdb" -D "$TMP/pg" -U fanout -A trust -E UTF8 --locale C >/dev/null
+"${as_postgres[@]}" "$PGBIN/pg_ctl" start -w -D "$TMP/pg" -l "$TMP/pg.log" \
+    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$TMP -c max_connections=200" >/dev/null
+"$PGBIN/psql" -q -h 127.0.0.1 -p "$port" -U fanout -d postgres -c "CREATE DATABASE one" -c "CREATE DATABASE two"
+
+cat >"$TMP/summary.py" <<'PY'
+import json, sys
+r = json.load(sys.stdin)
+print("%-44s%10.0f%10.1f%10.1f%10.2f%6d%6d" % (sys.argv[1], r["mutationsPerSecond"], r["latencyMs"]["p50"],
+      r["latencyMs"]["p99"], r["serverCpuMicrosPerDelivery"], r["lost"], r["duplicated"]))
+PY
+
+# start_server NAME DB: sets URL and PID.
+start_server() {
+    "$BIN/fanout-server" --port 0 --db "$2" --outbox-limit 4096 --max-subscribers 20000 --log-level warning \
+        >"$TMP/$1.out" 2>"$TMP/$1.err" &
+    PID=$!
+    pids+=("$PID")
+    for _ in $(seq 200); do grep -q "listening on" "$TMP/$1.out" 2>/dev/null && break; sleep 0.05; done
+    URL=$(sed -n 's/^listening on //p' "$TMP/$1.out")
+    [ -n "$URL" ] || { cat "$TMP/$1.err" >&2; echo "nodes.sh: $1 did not start" >&2; exit 1; }
+}
+
+# run LABEL URL... -- PID...: one fanout-bench run, its summary line.
+run() {
+    local label=$1; shift
+    local args=() pidargs=()
+    while [ "$1" != "--" ]; do args+=(--url "$1"); shift; done; shift
+    for pid in "$@"; do pidargs+=(--server-pid "$pid"); done
+    "$BIN/fanout-bench" "${args[@]}" "${pidargs[@]}" --subscribers "$SUBSCRIBERS" --events "$EVENTS" --writers 4 \
+        | python3 "$TMP/summary.py" "$label"
+}
+
+printf '%-44s%10s%10s%10s%10s%6s%6s\n' "$SUBSCRIBERS subscribers × $EVENTS writes, 4 writers" "writes/s" "p50 ms" "p99 ms" "µs/dlv" "lost" "dup"
+start_server sqlite "$TMP/fanout.sqlite"; run "SQLite, 1 server" "$URL" -- "$PID"; kill "$PID"; wait "$PID" 2>/dev/null || true
+start_server one "postgres://fanout@127.0.0.1:$port/one"; run "PostgreSQL, 1 server" "$URL" -- "$PID"; kill "$PID"; wait "$PID" 2>/dev/null || true
+start_server a "postgres://fanout@127.0.0.1:$port/two"; first=$URL; firstpid=$PID
+start_server b "postgres://fanout@127.0.0.1:$port/two"
+run "PostgreSQL, 2 servers, half the subscribers each" "$first" "$URL" -- "$firstpid" "$PID"
+echo "(µs/dlv: the fanout servers' CPU per delivery, summed over servers; PostgreSQL's own CPU is not in it)"
