@@ -135,24 +135,22 @@ final class PostgresBackend: CartStoreBackend {
         return try await withConnection { connection in try await connection.withTransaction(logger: logger) { connection in
             // Every writer of every server, one after the other from here to COMMIT.
             try await connection.query("SELECT latest FROM event_seq FOR UPDATE", logger: logger)
+            // A batch of one needs no savepoint: if it fails, the whole transaction rolls back.
+            if mutations.count == 1 {
+                return [.success(try await Self.apply(mutations[0], for: store, connection, logger))]
+            }
             var outcomes: [Result<CartCommit, any Error>] = []
-            var newest: Int64?
             for mutation in mutations {
                 try await connection.query("SAVEPOINT mutation", logger: logger)
                 do {
                     let commit = try await Self.apply(mutation, for: store, connection, logger)
                     try await connection.query("RELEASE SAVEPOINT mutation", logger: logger)
                     outcomes.append(.success(commit))
-                    newest = commit.event.seq
                 } catch {
                     try await connection.query("ROLLBACK TO SAVEPOINT mutation", logger: logger)
                     try await connection.query("RELEASE SAVEPOINT mutation", logger: logger)
                     outcomes.append(.failure(error))
                 }
-            }
-            if let newest {
-                // Delivered to listeners when the transaction commits, never before.
-                try await connection.query("SELECT pg_notify(\(PostgresFollower.channel), \(String(newest)))", logger: logger)
             }
             return outcomes
         } }
@@ -166,51 +164,76 @@ final class PostgresBackend: CartStoreBackend {
             stored: try await loadCart(mutation.cartID, connection, logger),
             committedAt: Date().millisecondsSince1970, validate: store.validate)
         let event = plan.event
-        let seq = try await connection.query("UPDATE event_seq SET latest = latest + 1 RETURNING latest", logger: logger)
-            .collect().first?.decode(Int64.self) ?? 0
-        try await connection.query(
-            """
-            INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at)
-            VALUES (\(seq), \(event.cartID), \(event.kind.rawValue), \(plan.encodedChange), \(event.version), \(plan.committedAt))
-            """, logger: logger)
-        try await connection.query(
-            """
-            INSERT INTO carts (id, version) VALUES (\(event.cartID), \(plan.after.version))
-            ON CONFLICT (id) DO UPDATE SET version = excluded.version
-            """, logger: logger)
         let cartID = event.cartID
+        // One statement, one round trip: the next seq, the log row, the cart's version, its
+        // line, and the notification, which listeners get when the transaction commits, never
+        // before (a rolled-back savepoint takes it back). The line's foreign key is checked at
+        // the end of the statement, when the cart row is there.
+        var binds = PostgresBindings()
+        try binds.append(cartID)                    // $1
+        try binds.append(event.kind.rawValue)       // $2
+        try binds.append(plan.encodedChange)        // $3
+        try binds.append(event.version)             // $4, the cart's version after it too
+        try binds.append(plan.committedAt)          // $5
+        let line: String
         switch event.change {
         case .itemAdded(let item, _):
+            try binds.append(item.sku)
+            try binds.append(Int64(item.quantity))
+            try binds.append(Int64(item.unitPriceCents))
+            try binds.append(item.name)
             // Upsert that keeps an existing line's position.
-            try await connection.query(
-                """
+            line = """
                 INSERT INTO cart_items (cart_id, sku, quantity, unit_price_cents, name, position)
-                VALUES (\(cartID), \(item.sku), \(Int64(item.quantity)), \(Int64(item.unitPriceCents)), \(item.name), \(seq))
+                SELECT $1, $6, $7, $8, $9, latest FROM next
                 ON CONFLICT (cart_id, sku) DO UPDATE SET
                     quantity = excluded.quantity, unit_price_cents = excluded.unit_price_cents, name = excluded.name
-                """, logger: logger)
+                """
         case .quantityChanged(let sku, let quantity):
-            try await connection.query(
-                "UPDATE cart_items SET quantity = \(Int64(quantity)) WHERE cart_id = \(cartID) AND sku = \(sku)", logger: logger)
+            try binds.append(sku)
+            try binds.append(Int64(quantity))
+            line = "UPDATE cart_items SET quantity = $7 WHERE cart_id = $1 AND sku = $6"
         case .itemRemoved(let sku):
-            try await connection.query("DELETE FROM cart_items WHERE cart_id = \(cartID) AND sku = \(sku)", logger: logger)
+            try binds.append(sku)
+            line = "DELETE FROM cart_items WHERE cart_id = $1 AND sku = $6"
         case .cartCleared:
-            try await connection.query("DELETE FROM cart_items WHERE cart_id = \(cartID)", logger: logger)
+            line = "DELETE FROM cart_items WHERE cart_id = $1"
+        }
+        let statement = """
+            WITH next AS (UPDATE event_seq SET latest = latest + 1 RETURNING latest),
+            logged AS (
+                INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at)
+                SELECT latest, $1, $2, $3, $4, $5 FROM next),
+            cart AS (
+                INSERT INTO carts (id, version) VALUES ($1, $4)
+                ON CONFLICT (id) DO UPDATE SET version = excluded.version),
+            line AS (\(line))
+            SELECT latest, pg_notify('\(PostgresFollower.channel)', latest::text) FROM next
+            """
+        guard let (seq, _) = try await connection.query(PostgresQuery(unsafeSQL: statement, binds: binds), logger: logger)
+            .collect().first?.decode((Int64, String?).self) else {
+            throw CartStoreError(.storeUnavailable, "the event_seq row is missing; nothing was written")
         }
         return plan.committed(seq: seq)
     }
 
+    /// The cart and its lines in one round trip (no row: no cart).
     private static func loadCart(_ cartID: String, _ connection: PostgresConnection, _ logger: Logger) async throws -> Cart? {
-        guard let version = try await connection.query("SELECT version FROM carts WHERE id = \(cartID)", logger: logger)
-            .collect().first?.decode(Int64.self) else { return nil }
-        var items: [CartItem] = []
         let rows = try await connection.query(
-            "SELECT sku, quantity, unit_price_cents, name FROM cart_items WHERE cart_id = \(cartID) ORDER BY position",
-            logger: logger)
-        for try await (sku, quantity, price, name) in rows.decode((String, Int64, Int64, String?).self) {
-            items.append(CartItem(sku: sku, quantity: Int(quantity), unitPriceCents: Int(price), name: name))
+            """
+            SELECT c.version, i.sku, i.quantity, i.unit_price_cents, i.name
+            FROM carts c LEFT JOIN cart_items i ON i.cart_id = c.id
+            WHERE c.id = \(cartID) ORDER BY i.position
+            """, logger: logger)
+        var version: Int64?
+        var items: [CartItem] = []
+        for try await (cartVersion, sku, quantity, price, name) in rows.decode((Int64, String?, Int64?, Int64?, String?).self) {
+            version = cartVersion
+            if let sku, let quantity, let price {
+                items.append(CartItem(sku: sku, quantity: Int(quantity), unitPriceCents: Int(price), name: name))
+            }
         }
-        return Cart(id: cartID, version: version, items: items)
+        return version.map { Cart(id: cartID, version: $0, items: items) }
     }
 
     // MARK: Reads
