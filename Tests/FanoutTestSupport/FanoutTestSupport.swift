@@ -5,17 +5,19 @@ import Testing
 
 /// Waits until `condition` holds, polling, or records a failure after `timeout`: the tests'
 /// way to wait for something asynchronous without sleeping a guessed time.
+@discardableResult
 public func eventually(
     timeout: Duration = .seconds(10), _ what: String,
     sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () async throws -> Bool
-) async rethrows {
+) async rethrows -> Bool {
     let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
+    while ContinuousClock.now < deadline, !Task.isCancelled {
+        if try await condition() { return true }
         try? await Task.sleep(for: .milliseconds(5))
     }
     Issue.record("timed out waiting for \(what)", sourceLocation: sourceLocation)
+    return false
 }
 
 /// `writers` concurrent tasks, each adding `perWriter` lines to its own cart `w<N>`.
@@ -71,15 +73,26 @@ public final class ServerProcess {
 
     /// Waits without holding a thread of the concurrency pool (there are as many as cores, and
     /// a blocked one starves the in-process servers of other tests).
-    public func waitForExit() async -> Int32 {
-        while process.isRunning { try? await Task.sleep(for: .milliseconds(10)) }
+    /// Its exit status once it has exited; -1 if it has not within `timeout` (it is then
+    /// killed) or the test was cancelled meanwhile. Never waits without end: a hung server, or
+    /// an exit Foundation did not see, must fail its test rather than hang the whole run.
+    public func waitForExit(timeout: Duration = .seconds(30)) async -> Int32 {
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning {
+            // Gone without Foundation noticing (reaped elsewhere): nothing more to wait for.
+            if kill(process.processIdentifier, 0) != 0, errno == ESRCH { return -1 }
+            if ContinuousClock.now >= deadline || Task.isCancelled {
+                kill(process.processIdentifier, SIGKILL)
+                return -1
+            }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
         return process.terminationStatus
     }
 
     deinit {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
         }
     }
 }
