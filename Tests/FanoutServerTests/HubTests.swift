@@ -181,6 +181,23 @@ struct HubTests {
         var more: Bool
     }
 
+    @Test func aCatchUpAheadOfThisServersRingWaitsForItInsteadOfRereadingTheLog() async throws {
+        // Three commits this hub never heard of (as another server's, still on their way here).
+        let store = try CartStore.inMemory()
+        for sku in ["a", "b", "c"] { try await store.addItem(cartID: "c", sku: sku, quantity: 1, unitPriceCents: 1) }
+        let harness = try HubHarness(store: store)
+        let (subscriber, transport) = try await harness.connect()
+        try await harness.onLoop { subscriber.subscribe(carts: nil, since: 1) }
+        // It sends 2 and 3 from the log, then waits for the ring (not reading the log in a loop).
+        try await eventually("waiting for the ring") { harness.hub.aheadOfRing.count == 1 }
+        #expect(try await harness.onLoop { try transport.seqs() } == [2, 3])
+        #expect(try await harness.onLoop { subscriber.phase } == .catchingUp)
+        try await harness.add(sku: "d")
+        try await eventually("live") { try await harness.onLoop { subscriber.phase == .live } }
+        try await eventually("4 sent") { try await harness.onLoop { try transport.seqs().count == 3 } }
+        #expect(try await harness.onLoop { try transport.seqs() } == [2, 3, 4])
+    }
+
     @Test func aCatchUpThatCannotReadTheLogEndsTheSubscriberWithAReason() async throws {
         let path = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString).sqlite").path
         defer { try? FileManager.default.removeItem(atPath: path) }
@@ -326,6 +343,32 @@ struct LiveFanoutTests {
         // Its pass comes first: the event, then the heartbeat that says it has it.
         #expect(heard.1 == [try #require(heard.1.first), .heartbeat(latestSeq: 1)])
         if case .event(let event) = heard.1.first { #expect(event.seq == 1) } else { Issue.record("the event first") }
+    }
+
+    @Test func theRingHoldsNoGapAndNoEventTwice() {
+        func bytes(_ seq: Int64) -> EventBytes {
+            EventBytes(CartEvent(seq: seq, cartID: "c", change: .cartCleared, version: seq, committedAt: Date()))
+        }
+        // The hub read the newest seq (2), then 3 reached it; 4 was delivered before it listened.
+        let ring = LiveRing(capacity: 8, latestSeq: 2)
+        #expect(!ring.append(bytes(2)), "committed before the ring started")
+        #expect(ring.append(bytes(3)))
+        #expect(ring.append(bytes(5)))
+        #expect(ring.items(after: 0).map(\.seq) == [5], "4 never came: what came before it is forgotten")
+        #expect(!ring.covers(3), "a reader at 3 must read 4 from the log")
+        #expect(ring.covers(4))
+        #expect(ring.newestSeq == 5)
+    }
+
+    @Test func aLiveSubscriberIsNotSkippedPastAnEventTheRingNeverGot() async throws {
+        let harness = try HubHarness()
+        let (_, transport) = try await harness.live()
+        Self.commit(harness, seq: 1)
+        #expect(try await Self.written(harness, transport) == [1])
+        Self.commit(harness, seq: 3)
+        // Ended, so that it resumes from the log with since=1 and gets 2 there.
+        try await eventually("ended") { try await harness.onLoop { transport.closedFor == .tooSlow } }
+        #expect(try await Self.written(harness, transport) == [])
     }
 }
 

@@ -85,6 +85,10 @@ final class FanoutHub: CartStoreObserver {
     let ring: LiveRing
     /// `GET /events?wait=S` requests waiting for a commit.
     let parkedPolls: ParkedPolls
+    /// Subscribers whose catch-up has read the log further than this server has delivered
+    /// (with PostgreSQL: resuming with a `since` from a server further along), waiting for the
+    /// ring to reach them. At most one per subscriber.
+    let aheadOfRing: ParkedPolls
     let logger: Logger
     let metrics: HubMetrics
     private let registry = NIOLockedValueBox(Registry())
@@ -106,6 +110,7 @@ final class FanoutHub: CartStoreObserver {
         self.metrics = metrics
         self.ring = LiveRing(capacity: settings.ringCapacity, latestSeq: latestSeq)
         self.parkedPolls = ParkedPolls(limit: settings.maxSubscribers, latestSeq: latestSeq)
+        self.aheadOfRing = ParkedPolls(limit: settings.maxSubscribers, latestSeq: latestSeq)
         self.latest = Synchronization.Atomic(latestSeq)
         self.logger = logger
     }
@@ -113,11 +118,13 @@ final class FanoutHub: CartStoreObserver {
     // MARK: Observer
 
     func cartStore(_ store: CartStore, didCommit event: CartEvent) {
-        // Into the ring first: a subscriber joining meanwhile finds it there.
-        ring.append(EventBytes(event))
+        // Into the ring first: a subscriber joining meanwhile finds it there. One the ring
+        // refuses was committed before this hub started, and counted then.
+        guard ring.append(EventBytes(event)) else { return }
         latest.store(event.seq, ordering: .releasing)
         for loop in loops.withLockedValue({ $0 }) { loop.poke() }
         parkedPolls.committed(seq: event.seq)
+        aheadOfRing.committed(seq: event.seq)
         let delivered = registry.withLockedValue { $0.wanting(event.cartID) }
         fannedOut.add(1, ordering: .relaxed)
         deliveries.add(delivered, ordering: .relaxed)
@@ -191,6 +198,7 @@ final class FanoutHub: CartStoreObserver {
     /// Refuses new subscribers and ends the current ones as shutting down.
     func shutDown() {
         parkedPolls.shutDown()
+        aheadOfRing.shutDown()
         let subscribers = registry.withLockedValue { registry in
             registry.shuttingDown = true
             return Array(registry.subscribers.values)

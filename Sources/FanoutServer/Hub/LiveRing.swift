@@ -26,12 +26,27 @@ final class LiveRing: Sendable {
     }
 
     /// Appends the next event (the store delivers them in seq order); forgets the oldest when full.
-    func append(_ item: EventBytes) {
+    ///
+    /// Returns false, and keeps nothing, for an event before `nextSeq`: one committed before the
+    /// ring started, delivered to the hub while it was being added to the store's observers. An
+    /// event after `nextSeq` means the ones between never reached the ring (the same moment,
+    /// the other way round): the ring starts again at it, so a reader whose cursor is before the
+    /// missing ones has fallen out and resumes from the log rather than skip them.
+    @discardableResult
+    func append(_ item: EventBytes) -> Bool {
         state.withLockedValue { state in
+            guard item.seq >= state.nextSeq else { return false }
+            if item.seq > state.nextSeq { state.items.removeAll() }
             if state.items.count == capacity { state.items.removeFirst() }
             state.items.append(item)
             state.nextSeq = item.seq + 1
+            return true
         }
+    }
+
+    /// The newest seq appended (or, before any, the newest committed when the ring started).
+    var newestSeq: Int64 {
+        state.withLockedValue { $0.nextSeq - 1 }
     }
 
     /// The oldest seq the ring can still give: a cursor before `oldestSeq - 1` has fallen out.

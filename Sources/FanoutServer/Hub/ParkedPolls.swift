@@ -1,10 +1,11 @@
 import NIOConcurrencyHelpers
 
-/// Long-poll requests (`GET /events?since=N&wait=S`) waiting for an event after their `since`.
+/// Waiters for an event after a seq: long-poll requests (`GET /events?since=N&wait=S`), and
+/// catch-ups that have read the log further than the ring (`FanoutHub.aheadOfRing`).
 ///
-/// Bounded: at most `limit` wait at once; past that `park` refuses at once (the request is
+/// Bounded: at most `limit` wait at once; past that `park` refuses at once (a long-poll is
 /// answered 503 `server_full`) rather than holding more. Each commit wakes the ones it is
-/// after, which then read the log themselves: nothing is buffered here but their wake-ups.
+/// after, which then read what they need themselves: nothing is buffered here but wake-ups.
 final class ParkedPolls: Sendable {
     enum Outcome: Equatable {
         /// An event after `since` committed (or had already).

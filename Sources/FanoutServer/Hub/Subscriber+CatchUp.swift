@@ -15,9 +15,12 @@ import NIOCore
 /// up to the newest appended. Joining needs the ring to cover the cursor (`LiveRing.covers`):
 /// every event after it is then in the ring or still to be appended, and the fan-out writes
 /// only events after the cursor. A cursor past the ring's newest is checked against the log
-/// first, which says whether it is ahead of the log (a snapshot then). An event committed but not yet appended when the log was read is in the
-/// page (and the cursor past it); one appended after the check reaches the ring. Nothing waits
-/// in a queue of its own: the ring is the only buffer.
+/// first, which says whether it is ahead of the log (a snapshot then). An event committed but
+/// not yet appended when the log was read is in the page (and the cursor past it); one appended
+/// after the check reaches the ring. When the page leaves the cursor past the ring's newest (a
+/// commit not yet delivered here, or, with PostgreSQL, another server's commits still on their
+/// way), the catch-up waits for the ring to reach it instead of reading the log again and
+/// again. Nothing waits in a queue of its own: the ring is the only buffer.
 extension Subscriber {
     /// Starts the subscription, on the loop: `carts` (`nil`: all), after `since` or from a
     /// snapshot. Does nothing unless the subscriber is connected and not yet subscribed.
@@ -47,6 +50,12 @@ extension Subscriber {
                 let reached = cursor
                 if try await loop.submit({ try self.goLiveIfCovered(after: reached) }).get() { break }
                 cursor = try await sendPage(after: reached, plan)
+                if cursor > hub.ring.newestSeq {
+                    // The log is ahead of this server's ring: its commits are on their way
+                    // here. Wait for them rather than read the log again at once (a second at
+                    // most, then the log is read again).
+                    _ = await hub.aheadOfRing.park(after: cursor - 1, until: .now + .seconds(1))
+                }
             }
         } catch is SubscriberEnded {
             // Ended meanwhile (closed, expired, shut down): nothing more to send.
