@@ -30,6 +30,7 @@ let package = Package(
     targets: [
         // The cart value types and the wire messages, shared by the store, server and client.
         .target(name: "FanoutProtocol"),
+        .target(name: "ProcessSignals"),
         .target(
             name: "CartStore",
             dependencies: [
@@ -46,6 +47,7 @@ let package = Package(
             dependencies: [
                 "CartStore",
                 "FanoutProtocol",
+                "ProcessSignals",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -65,6 +67,7 @@ let package = Package(
             name: "fanout-client",
             dependencies: [
                 "FanoutProtocol",
+                "ProcessSignals",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),

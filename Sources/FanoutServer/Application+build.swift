@@ -1,8 +1,10 @@
 import CartStore
+import Foundation
 import Hummingbird
 import HummingbirdCore
 import Logging
 import NIOCore
+import ProcessSignals
 import ServiceLifecycle
 
 /// The server, built from a configuration and an open store: what `fanout-server` runs and
@@ -17,11 +19,17 @@ struct FanoutServerApp: Sendable {
 
     /// Runs until SIGTERM/SIGINT: then the HTTP server stops accepting, subscribers end with
     /// 1001, and in-flight requests finish (see `HubService`).
+    ///
+    /// The signals are watched by `SignalWatch` rather than the service group's own, which on
+    /// Linux can miss a signal the kernel hands to a thread other than its dispatch source's.
     func run() async throws {
-        let group = ServiceGroup(configuration: .init(
-            services: [application],
-            gracefulShutdownSignals: [.sigterm, .sigint],
-            logger: logger))
+        let group = ServiceGroup(configuration: .init(services: [application], logger: logger))
+        let logger = self.logger
+        let signals = try SignalWatch([SIGTERM, SIGINT]) { signal in
+            logger.info("signal received; shutting down", metadata: ["fanout.signal": "\(signal == SIGTERM ? "SIGTERM" : "SIGINT")"])
+            Task { await group.triggerGracefulShutdown() }
+        }
+        defer { withExtendedLifetime(signals) {} }
         try await group.run()
     }
 }

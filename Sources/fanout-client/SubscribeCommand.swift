@@ -5,6 +5,7 @@ import Foundation
 import HummingbirdWSClient
 import Logging
 import NIOConcurrencyHelpers
+import ProcessSignals
 
 /// `fanout-client subscribe`: prints every event once, in order, across any disconnect.
 struct SubscribeCommand: AsyncParsableCommand {
@@ -75,40 +76,13 @@ struct SubscribeCommand: AsyncParsableCommand {
 
     /// Ctrl-C and SIGTERM end the program with status 0, but never between printing a line
     /// and saving its seq: a restarted client would print that line again.
-    ///
-    /// A handler of our own writes the signal to a pipe, which a dispatch source reads. Not
-    /// `SIG_IGN` with a dispatch signal source: on Linux that source blocks the signal in its
-    /// own thread only, and a signal the kernel hands to any other thread of the process is
-    /// ignored; under load a test saw Ctrl-C do nothing for 10 s.
-    static func exitOnSignals(printer: EventPrinter) throws -> any DispatchSourceRead {
-        guard let readEnd = SignalPipe.ends?.read else {
-            throw ClientFailure("cannot make a pipe for Ctrl-C and SIGTERM: errno \(errno)")
+    static func exitOnSignals(printer: EventPrinter) throws -> SignalWatch {
+        do {
+            return try SignalWatch([SIGINT, SIGTERM]) { _ in printer.exclusively { Foundation.exit(0) } }
+        } catch {
+            throw ClientFailure("cannot watch for Ctrl-C and SIGTERM: \(error)")
         }
-        for signalNumber in [SIGINT, SIGTERM] {
-            var action = sigaction()
-            action.__sigaction_handler.sa_handler = { signalNumber in
-                // Only async-signal-safe calls here: one write(2).
-                var byte = UInt8(truncatingIfNeeded: signalNumber)
-                _ = write(SignalPipe.ends?.write ?? -1, &byte, 1)
-            }
-            sigemptyset(&action.sa_mask)
-            action.sa_flags = SA_RESTART
-            sigaction(signalNumber, &action, nil)
-        }
-        let source = DispatchSource.makeReadSource(fileDescriptor: readEnd, queue: .global())
-        source.setEventHandler { printer.exclusively { Foundation.exit(0) } }
-        source.resume()
-        return source
     }
-}
-
-/// The pipe between the signal handler and the dispatch source that acts on it.
-enum SignalPipe {
-    static let ends: (read: Int32, write: Int32)? = {
-        var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else { return nil }
-        return (fds[0], fds[1])
-    }()
 }
 
 /// The last seq printed, and its file.

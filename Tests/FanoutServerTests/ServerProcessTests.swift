@@ -17,7 +17,9 @@ struct ServerProcessTests {
         return (response as? HTTPURLResponse)?.statusCode ?? 0
     }
 
-    @Test func sigtermClosesSubscribersWith1001AndExitsZero() async throws {
+    /// Whichever of its threads the kernel hands the signal to, and however busy they are.
+    @Test(arguments: [SIGTERM, SIGINT])
+    func aSignalWhileWritesArriveClosesSubscribersWith1001AndExitsZero(signal: Int32) async throws {
         let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -25,10 +27,21 @@ struct ServerProcessTests {
         let subscriber = TestSubscriber(port: server.port)
         try await subscriber.subscribe()
         await eventually("snapshot") { !subscriber.snapshots.isEmpty }
-        server.signal(SIGTERM)
+        let port = server.port
+        let writers = (0..<4).map { writer in
+            Task {
+                // Until the server stops answering (a failed request ends the writer).
+                for index in 0..<2_000 {
+                    guard (try? await Self.post(port: port, cart: "w\(writer)", sku: "s\(index % 50)")) == 200 else { return }
+                }
+            }
+        }
+        await eventually("writes arriving") { subscriber.events.count >= 20 }
+        server.signal(signal)
         let close = try await subscriber.closeFrame()
         #expect(close?.closeCode == .goingAway)
         #expect(await server.waitForExit() == 0)
+        for writer in writers { writer.cancel() }
     }
 
     @Test func aRestartOnTheSameDatabaseContinuesTheSeqAndSubscribersResume() async throws {
