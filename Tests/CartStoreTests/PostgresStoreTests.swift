@@ -121,6 +121,60 @@ extension PostgresStoreTests {
     }
 }
 
+/// Commits that cannot finish: a clear error in bounded time, never a hang, and no gap after.
+extension PostgresStoreTests {
+    /// Another session holds the seq row (a server stuck in the middle of its commit): a writer
+    /// here gives up after `lock_timeout` with `storeUnavailable` instead of waiting with it,
+    /// and writes go through once the row is free.
+    @Test func aWriterBehindAStuckCommitIsRefusedNotHung() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await CartStore.open(postgresURL: url)
+        defer { try? store.close() }
+        try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
+        let server = try await SharedPostgres.shared.server()
+        // Held until the test ends that session (the sleep is far longer than the test).
+        let holder = Task {
+            try? await server.psql("BEGIN", "SELECT latest FROM event_seq FOR UPDATE", "SELECT pg_sleep(600)", "COMMIT", on: url)
+        }
+        let holding = "FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_sleep(600)'"
+        await eventually("the row held") { (try? await server.psql("SELECT count(*) \(holding)", on: url)) == "1\n" }
+        await #expect { try await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 1) } throws: { error in
+            CartStoreError.code(error) == .storeUnavailable && "\(error)".contains("nothing was written")
+        }
+        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(holding)", on: url)
+        await holder.value
+        try await store.addItem(cartID: "c", sku: "c", quantity: 1, unitPriceCents: 1)
+        #expect(try await wholeLog(store).map(\.seq) == [1, 2])
+        #expect(try await store.cart("c")?.items.map(\.sku) == ["a", "c"])
+    }
+
+    /// The session ends while its COMMIT runs: the caller is not told "nothing was written",
+    /// which it cannot know, but that the change may or may not have been made.
+    @Test func aCommitCutOffMidwayIsReportedAsUncertain() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await CartStore.open(postgresURL: url)
+        defer { try? store.close() }
+        let server = try await SharedPostgres.shared.server()
+        // Work that runs at COMMIT: a deferred trigger that takes its time.
+        _ = try await server.psql(
+            "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$",
+            "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON cart_events DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()",
+            on: url)
+        let write = Task { try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1) }
+        let committing = "FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'fanout' AND query LIKE 'COMMIT%' AND state = 'active'"
+        await eventually("the commit under way") { (try? await server.psql("SELECT count(*) \(committing)", on: url)) == "1\n" }
+        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(committing)", on: url)
+        await #expect { try await write.value } throws: { error in
+            CartStoreError.code(error) == .storeUnavailable && "\(error)".contains("may or may not have been made")
+        }
+        _ = try await server.psql("DROP TRIGGER slow_commit ON cart_events", on: url)
+        // Here it was not (the trigger never finished): the next change takes seq 1.
+        #expect(try await store.cart("c") == nil)
+        try await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 1)
+        #expect(try await wholeLog(store).map(\.seq) == [1])
+    }
+}
+
 /// Where two sequences first differ (index, and each side's element there), or nil: a short
 /// failure message for long lists.
 func firstDifference<T: Equatable>(_ a: [T], _ b: [T]) -> String? {

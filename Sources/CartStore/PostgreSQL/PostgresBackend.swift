@@ -134,7 +134,8 @@ final class PostgresBackend: CartStoreBackend {
         let logger = self.logger
         return try await withConnection { connection in try await connection.withTransaction(logger: logger) { connection in
             // Every writer of every server, one after the other from here to COMMIT.
-            try await connection.query("SELECT latest FROM event_seq FOR UPDATE", logger: logger)
+            // Collected, so that a lock timeout is thrown here, not found by the next statement.
+            _ = try await connection.query("SELECT latest FROM event_seq FOR UPDATE", logger: logger).collect()
             // A batch of one needs no savepoint: if it fails, the whole transaction rolls back.
             if mutations.count == 1 {
                 return [.success(try await Self.apply(mutations[0], for: store, connection, logger))]
@@ -354,7 +355,14 @@ final class PostgresBackend: CartStoreBackend {
             group.addTask {
                 try await client.withConnection { connection in
                     leased.withLockedValue { $0 = true }
-                    return try await body(connection)
+                    do {
+                        return try await body(connection)
+                    } catch {
+                        // A session the database ended goes back to the pool still looking
+                        // open, and the next request there would fail (or wait) in its turn.
+                        if Self.endsSession(error) { try? await connection.close() }
+                        throw error
+                    }
                 }
             }
             group.addTask {
@@ -392,6 +400,12 @@ final class PostgresBackend: CartStoreBackend {
     /// reached or written. Other errors (the store's refusals, a validator's veto) pass through.
     static func storage(_ error: any Error, at location: PostgresLocation) -> any Error {
         if let transaction = error as? PostgresTransactionError {
+            if transaction.beginError == nil, transaction.closureError == nil, let commitError = transaction.commitError,
+               !definitelyRolledBack(commitError) {
+                // COMMIT was sent and no clear answer came back: it may stand. If it does, its
+                // event reaches every subscriber once the follower reads it.
+                return CartStoreError(.storeUnavailable, "\(location.description) failed while committing (\(describe(commitError))): the change may or may not have been made; read the cart to tell")
+            }
             guard let inner = transaction.closureError ?? transaction.commitError ?? transaction.beginError else {
                 return CartStoreError(.storeUnavailable, "\(location.description) cannot be used (\(describe(error))); nothing was written")
             }
@@ -408,6 +422,26 @@ final class PostgresBackend: CartStoreBackend {
             return CartStoreError(.storeUnavailable, "\(location.description) cannot be reached (\(error)); nothing was written")
         }
         return error
+    }
+
+    /// Whether a failed COMMIT surely left nothing behind: PostgreSQL refused it (a transaction
+    /// rollback, class 40, or a deferred constraint, class 23). Any other failure, a connection
+    /// lost or a session terminated while committing, may have come after the commit record.
+    static func definitelyRolledBack(_ error: any Error) -> Bool {
+        guard let state = (error as? PSQLError)?.serverInfo?[.sqlState] else { return false }
+        return state.hasPrefix("40") || state.hasPrefix("23")
+    }
+
+    /// Whether `error` means the connection it came from is finished: lost, or ended by the
+    /// database (a FATAL error: terminated, shut down, a session timeout).
+    static func endsSession(_ error: any Error) -> Bool {
+        if let transaction = error as? PostgresTransactionError {
+            return [transaction.beginError, transaction.closureError, transaction.commitError, transaction.rollbackError]
+                .contains { $0.map(endsSession) ?? false }
+        }
+        guard let psql = error as? PSQLError else { return false }
+        if let severity = psql.serverInfo?[.severity] { return severity == "FATAL" || severity == "PANIC" }
+        return [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown].contains(psql.code)
     }
 
     /// A short description of a PostgresNIO error: the server's message when there is one.

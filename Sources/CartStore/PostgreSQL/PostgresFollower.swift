@@ -112,11 +112,21 @@ actor PostgresFollower {
         while !Task.isCancelled {
             do {
                 try await client.withConnection { connection in
-                    let notifications = try await connection.listen(Self.channel)
-                    await self.catchUpQuietly()
-                    for try await _ in notifications {
+                    // However it ends, the connection is closed rather than given back to the
+                    // pool: it may still be LISTENing, or be the one the database just ended
+                    // (the pool would lend it to a commit before it noticed, and that commit
+                    // failed, or waited without end).
+                    do {
+                        let notifications = try await connection.listen(Self.channel)
                         await self.catchUpQuietly()
+                        for try await _ in notifications {
+                            await self.catchUpQuietly()
+                        }
+                    } catch {
+                        try? await connection.close()
+                        throw error
                     }
+                    try? await connection.close()
                 }
             } catch {
                 if Task.isCancelled { return }

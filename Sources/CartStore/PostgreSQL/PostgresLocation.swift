@@ -33,9 +33,23 @@ struct PostgresLocation: Sendable, Equatable {
     }
 
     var clientConfiguration: PostgresClient.Configuration {
-        PostgresClient.Configuration(
+        var configuration = PostgresClient.Configuration(
             host: host, port: port, username: username, password: password, database: database, tls: .disable)
+        configuration.options.additionalStartupParameters = Self.sessionSettings
+        return configuration
     }
+
+    /// Every session's settings. Commits on every server wait for one row lock (`event_seq`):
+    /// a writer waits for it `lock_timeout` at most, then its callers get 503
+    /// `store_unavailable`, rather than hang behind a session that holds it; and a session of
+    /// ours that stops in the middle of a transaction (its server frozen, or cut off) gives the
+    /// lock up after `idle_in_transaction_session_timeout`. Both are far above any wait of a
+    /// healthy server, even a loaded one. Migrations wait without a limit.
+    static let sessionSettings: [(String, String)] = [
+        ("application_name", "fanout"),
+        ("lock_timeout", "15s"),
+        ("idle_in_transaction_session_timeout", "30s"),
+    ]
 
     /// The URL without its password, for messages.
     var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }

@@ -14,6 +14,8 @@ enum PostgresSchema {
 
     static func migrate(_ client: PostgresClient, logger: Logger) async throws {
         try await client.withTransaction(logger: logger) { connection in
+            // Another server may be migrating: wait for it, however long it takes.
+            try await connection.query("SET LOCAL lock_timeout = 0", logger: logger)
             try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
             let hasLedger = try await connection.query(
                 "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'fanout_migrations'",
