@@ -2,7 +2,7 @@ import FanoutTestSupport
 import Foundation
 import Testing
 
-/// Ctrl-C and SIGTERM end a subscribed `fanout-client` with status 0. `./scripts/test` runs this
+/// Ctrl-C and SIGTERM end a subscribed `fanout-client` with status 0. `./scripts/test-release` runs this
 /// against the release build too, where an optimised build once released the signal sources at
 /// once and left both signals ignored.
 @Suite("Client signals", .serialized, .timeLimit(.minutes(2)))

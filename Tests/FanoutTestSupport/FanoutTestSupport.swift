@@ -36,7 +36,7 @@ public func writeConcurrently(to store: CartStore, writers: Int, perWriter: Int)
 
 /// The real `fanout-server` executable, started as a process on port 0.
 public final class ServerProcess {
-    /// A product executable: from the folder `FANOUT_PRODUCTS` names (`./scripts/test` points it
+    /// A product executable: from the folder `FANOUT_PRODUCTS` names (`./scripts/test-release` points it
     /// at the release build for its second pass), else the one built next to the test bundle.
     public static func executable(_ name: String) -> URL {
         let folder = ProcessInfo.processInfo.environment["FANOUT_PRODUCTS"].map { URL(fileURLWithPath: $0) }
