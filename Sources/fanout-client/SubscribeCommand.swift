@@ -65,12 +65,12 @@ struct SubscribeCommand: AsyncParsableCommand {
         let printer = EventPrinter(format: format, state: state)
         let session = SubscriberSession(
             url: url, transport: transport, carts: carts.isEmpty ? nil : carts, token: token, state: state, printer: printer)
-        // The source must live as long as the session: a released source is cancelled. `_ =
-        // source` after the call did not keep one: an optimised build released it at once
-        // (Ctrl-C did nothing). `withExtendedLifetime` has no async form, so it marks the end of
-        // the scope instead.
-        let signalSource = try Self.exitOnSignals(printer: printer)
-        defer { withExtendedLifetime(signalSource) {} }
+        // The watch must live as long as the session: a released one stops acting on signals.
+        // `_ = watch` after the call did not keep an earlier version alive: an optimised build
+        // released it at once (Ctrl-C did nothing). `withExtendedLifetime` has no async form, so
+        // it marks the end of the scope instead.
+        let signalWatch = try Self.exitOnSignals(printer: printer)
+        defer { withExtendedLifetime(signalWatch) {} }
         try await session.run()
     }
 

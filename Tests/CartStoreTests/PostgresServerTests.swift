@@ -10,7 +10,7 @@ import Testing
 @Suite("PostgreSQL test server", .serialized, .timeLimit(.minutes(3)))
 struct PostgresServerTests {
     /// What every PostgreSQL test does: a database of its own, written and read back by a client.
-    @Test(.enabled(if: PostgresServer.isAvailable || runningInCI, "apt-get install postgresql (or FANOUT_POSTGRES_URL) enables the PostgreSQL tests"))
+    @Test(.needsPostgreSQL)
     func aTestsOwnDatabaseIsWrittenAndReadBackAndSeparateFromAnother() async throws {
         let server = try await PostgresServer.start()
         #expect(try await server.psql("SELECT 1 + 1") == "2\n", "the server's own database answers")

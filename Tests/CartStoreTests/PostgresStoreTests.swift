@@ -7,7 +7,7 @@ import Testing
 /// does not depend on notifications arriving.
 @Suite(
     "PostgreSQL store", .timeLimit(.minutes(2)),
-    .enabled(if: PostgresServer.isAvailable || runningInCI, "apt-get install postgresql (or set FANOUT_POSTGRES_URL) enables the PostgreSQL tests"))
+    .needsPostgreSQL)
 struct PostgresStoreTests {
     @Test func twoStoresOnOneDatabaseSeeEachOthersCommitsInOneOrder() async throws {
         let url = try await SharedPostgres.shared.newDatabase()

@@ -10,7 +10,7 @@ import FoundationNetworking
 /// Several real `fanout-server` processes on one PostgreSQL database, with real clients.
 @Suite(
     "Many servers on PostgreSQL", .serialized, .timeLimit(.minutes(3)),
-    .enabled(if: PostgresServer.isAvailable || runningInCI, "apt-get install postgresql (or set FANOUT_POSTGRES_URL) enables the PostgreSQL tests"))
+    .needsPostgreSQL)
 struct ManyNodesTests {
     /// Three servers, two clients on each, six writers spread over all three: every client
     /// prints the same gap-free list as the log. One server is killed mid-burst; its clients
@@ -81,7 +81,7 @@ struct ManyNodesTests {
 /// A server whose PostgreSQL goes away and comes back.
 @Suite(
     "PostgreSQL going away", .serialized, .timeLimit(.minutes(3)),
-    .enabled(if: PostgresServer.isInstalled || runningInCI, "apt-get install postgresql enables the tests that stop and restart PostgreSQL"))
+    .needsPostgreSQLPrograms)
 struct PostgresOutageTests {
     /// While the database is down, changes are refused with 503 `store_unavailable` and
     /// `/healthz` says 503, but subscribers stay connected; once it is back, changes go through

@@ -1,5 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
+import Testing
 
 /// A PostgreSQL server for the tests: a throwaway cluster of their own (`initdb` in a temporary
 /// folder, on a free port of 127.0.0.1, gone after `stop()`), or the server FANOUT_POSTGRES_URL
@@ -7,10 +8,8 @@ import NIOConcurrencyHelpers
 /// own with `makeDatabase(named:)`.
 ///
 /// Needs PostgreSQL (`apt-get install postgresql`; `.ci/run` installs it) or FANOUT_POSTGRES_URL.
-/// A suite that needs it says so as the page tests do for Chromium, skipped outside CI:
-///
-///     @Suite(.enabled(if: PostgresServer.isAvailable || runningInCI,
-///                     "apt-get install postgresql (or FANOUT_POSTGRES_URL) enables the PostgreSQL tests"))
+/// A suite that needs it says so with `.needsPostgreSQL` (skipped outside CI, with a message
+/// saying how to enable it, as the page tests do for Chromium).
 public final class PostgresServer: Sendable {
     /// `postgres://fanout@127.0.0.1:PORT/fanout` (user `fanout`, trusted, no password), or
     /// FANOUT_POSTGRES_URL.
@@ -309,5 +308,19 @@ public struct PostgresServerError: Error, CustomStringConvertible {
         text += outcome.standardOutput + outcome.standardError
         if let log { text += "\nserver log:\n\(log)" }
         self.description = text
+    }
+}
+
+extension Trait where Self == ConditionTrait {
+    /// Runs where a PostgreSQL server can be had, and always in CI (where a missing one fails);
+    /// elsewhere skips, saying how to enable it.
+    public static var needsPostgreSQL: Self {
+        .enabled(if: PostgresServer.isAvailable || runningInCI, "apt-get install postgresql (or set FANOUT_POSTGRES_URL) enables the PostgreSQL tests")
+    }
+
+    /// The same for tests that stop and start the server themselves: FANOUT_POSTGRES_URL's
+    /// server will not do, they need PostgreSQL's programs.
+    public static var needsPostgreSQLPrograms: Self {
+        .enabled(if: PostgresServer.isInstalled || runningInCI, "apt-get install postgresql enables the tests that stop and restart PostgreSQL")
     }
 }

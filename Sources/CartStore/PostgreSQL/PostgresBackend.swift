@@ -116,7 +116,7 @@ final class PostgresBackend: CartStoreBackend {
             do {
                 outcomes = try await run { try await self.commitBatch(batch.map(\.work), for: store) }
             } catch {
-                let error = Self.storage(error, at: location)
+                // `run` has made it the store's error already.
                 for mutation in batch { mutation.caller.resume(throwing: error) }
                 continue
             }

@@ -119,7 +119,7 @@ final class FanoutHub: CartStoreObserver {
 
     func cartStore(_ store: CartStore, didCommit event: CartEvent) {
         // Into the ring first: a subscriber joining meanwhile finds it there. One the ring
-        // refuses was committed before this hub started, and counted then.
+        // refuses was committed before this hub started: it is in the seq the hub began from.
         guard ring.append(EventBytes(event)) else { return }
         latest.store(event.seq, ordering: .releasing)
         for loop in loops.withLockedValue({ $0 }) { loop.poke() }
