@@ -60,7 +60,7 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             // The page's source, compiled in by EmbedServedFiles rather than copied as a resource.
-            exclude: ["Page/index.html"],
+            exclude: ["Page/index.html", "Page/page.js"],
             plugins: ["EmbedServedFiles"]
         ),
         .executableTarget(

@@ -4,13 +4,15 @@ import PackagePlugin
 /// `fanout-server` serves them from any working directory with nothing to install beside it:
 ///
 /// - `docs/openapi.json` as `embeddedOpenAPIDocument`, at `GET /openapi.json`;
-/// - `Sources/FanoutServer/Page/index.html` as `embeddedPage`, the live cart page at `GET /`.
+/// - `Sources/FanoutServer/Page/index.html` as `embeddedPage`, the live cart page at `GET /`,
+///   and its script, `page.js`, as `embeddedPageScript`, at `GET /page.js`.
 @main
 struct EmbedServedFiles: BuildToolPlugin {
     /// Each file, relative to the package, and the Swift name its bytes get.
     static let files: [(path: String, name: String)] = [
         ("docs/openapi.json", "embeddedOpenAPIDocument"),
         ("Sources/FanoutServer/Page/index.html", "embeddedPage"),
+        ("Sources/FanoutServer/Page/page.js", "embeddedPageScript"),
     ]
 
     func createBuildCommands(context: PluginContext, target: Target) throws -> [Command] {

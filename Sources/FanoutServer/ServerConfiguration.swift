@@ -1,4 +1,5 @@
 import Logging
+import NIOCore
 
 /// Everything `fanout-server` can be told, as values: the command line fills one in, tests
 /// build their own.
@@ -28,6 +29,8 @@ struct ServerConfiguration: Sendable {
     var logLevel: Logger.Level = .info
     /// How long a new connection may take to send its first complete request head.
     var firstRequestTimeout: Duration = .seconds(10)
+    /// How long a request's body may take to arrive, from its head (see `RequestGuard`).
+    var bodyTimeout: Duration = .seconds(30)
     /// Most open connections of any kind; more wait in the listen backlog. `nil`: no limit
     /// (`fanout-server` sets it from the open files limit).
     var maxConnections: Int?
@@ -41,4 +44,7 @@ extension Duration {
         let (seconds, attoseconds) = components
         return Double(seconds) + Double(attoseconds) / 1e18
     }
+
+    /// The same duration for NIO's timers.
+    var timeAmount: TimeAmount { .nanoseconds(Int64(seconds * 1e9)) }
 }

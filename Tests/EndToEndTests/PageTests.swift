@@ -80,6 +80,11 @@ struct PageTests {
         #expect(seen.result.contains("item_not_found"), "\(seen.result)")
         #expect(seen.deliveredTo == nil)
         #expect(seen.lines("gina") == [Line("grapes", 2)])
+        // A name with a right-to-left override: shown as a visible code, so it cannot reorder
+        // the text around it.
+        _ = try await change("POST", "/carts/ivan/items", #"{"sku":"x","quantity":1,"unitPriceCents":1,"name":"abc\u202Edef"}"#)
+        seen = try await page.waitFor("ivan's line") { $0.names("ivan")?.isEmpty == false }
+        #expect(seen.names("ivan") == ["abc\u{27E8}U+202E\u{27E9}def"])
 
         // The server stops: the page says so. It restarts on the same database and port: the
         // page comes back by itself and resumes after its last seq.

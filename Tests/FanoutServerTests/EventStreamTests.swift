@@ -105,10 +105,38 @@ struct EventStreamTests {
             let ended = server.hub.stats.transports["sse"]?.ended ?? [:]
             #expect(server.hub.stats.subscribers == 1, "still connected after \(written) writes; ended: \(ended.filter { $0.value > 0 })")
             #expect((ended["leaseExpired"] ?? 0) + (ended["tooSlow"] ?? 0) == 1, "\(ended)")
+            // Ended, and its connection released although its client never reads again (the
+            // error event does not fit): not a descriptor and kernel buffers held for as long
+            // as the client stays.
+            await eventually(timeout: .seconds(20), "the stalled stream's connection closed") {
+                server.hub.stats.connections == 1
+            }
             // The writes never waited for it, and the reading stream has every one of them.
             await eventually("the reader's events") { reader.cartEvents.count == written }
             #expect(reader.cartEvents.compactMap(\.id) == Array(1...Int64(written)))
             await reader.close()
+            await stalled.close()
+        }
+    }
+
+    /// A stalled stream with little traffic ends at its lease too: the kernel holds at most a
+    /// fixed send buffer of it, so "not drained" shows after a few hundred KiB of events, not
+    /// after the megabytes an autotuned buffer takes (the ring here is far larger than the
+    /// writes, so only the lease can end it).
+    @Test func aStalledStreamWithLittleTrafficEndsAtItsLease() async throws {
+        let store = try CartStore.inMemory()
+        try await withServer({ $0.leaseTTL = .seconds(1); $0.outboxLimit = 100_000 }, store: store) { port, server in
+            let stalled = try await EventStreamClient(port: port, receiveBuffer: 2_048)
+            await eventually("the snapshot") { !stalled.snapshots.isEmpty }
+            try await stalled.stopReading()
+            let name = String(repeating: "n", count: 150)
+            // About 600 KiB of events at most.
+            for index in 0..<2_000 where server.hub.stats.subscribers == 1 {
+                try await store.addItem(cartID: "c\(index / 500)", sku: "s\(index % 500)", quantity: 1, unitPriceCents: 1, name: name)
+            }
+            await eventually("the stalled stream ended") { server.hub.stats.subscribers == 0 }
+            #expect(server.hub.stats.ended["leaseExpired"] == 1, "\(server.hub.stats.ended.filter { $0.value > 0 })")
+            await eventually(timeout: .seconds(20), "its connection closed") { server.hub.stats.connections == 0 }
             await stalled.close()
         }
     }

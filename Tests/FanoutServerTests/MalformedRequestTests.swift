@@ -71,6 +71,9 @@ struct MalformedRequestTests {
         Case("conflicting Content-Length", "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", 400, "malformed_request"),
         Case("huge header", "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: \(String(repeating: "a", count: 100_000))\r\n\r\n", 431, "headers_too_large"),
         Case("long URL", "GET /\(String(repeating: "a", count: 10_000)) HTTP/1.1\r\nHost: localhost\r\n\r\n", 414, "uri_too_long"),
+        // Both as PROTOCOL.md says: past NIO's 80 KiB head, and bare LF after the version.
+        Case("URL past the head's limit", "GET /\(String(repeating: "a", count: 130_000)) HTTP/1.1\r\nHost: localhost\r\n\r\n", 431, "headers_too_large"),
+        Case("bare-LF line endings", "GET /healthz HTTP/1.1\nHost: localhost\n\n", 505, "http_version_not_supported"),
         Case("NUL in the path", "GET /heal\u{0}thz HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, "malformed_request"),
         Case("HTTP/0.9 request line", "GET /healthz\r\n\r\n", 505, "http_version_not_supported"),
         Case("HTTP/2.0 request line", "GET /healthz HTTP/2.0\r\nHost: localhost\r\n\r\n", 505, "http_version_not_supported"),
@@ -114,6 +117,22 @@ struct MalformedRequestTests {
             // A request head that never ends is no better.
             let trickle = try await RawHTTP.exchange(port: port, Array("GET /healthz HTTP/1.1\r\nHost: localhost\r\n".utf8))
             #expect(trickle.closed)
+        }
+    }
+
+    /// A body that trickles in (here, one byte and then nothing) is cut at the body's deadline
+    /// with 408, instead of holding the connection for as long as the client likes.
+    @Test func aBodyThatNeverArrivesWholeIsCut() async throws {
+        try await withServer({ $0.bodyTimeout = .milliseconds(500) }) { port, _ in
+            let head = "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            let answer = try await RawHTTP.exchange(port: port, Array(head.utf8))
+            #expect(answer.status == 408, "\(answer.text.prefix(200))")
+            #expect(answer.text.contains(#""code":"request_timeout""#))
+            #expect(answer.closed)
+            // A whole body in time is not affected, on the same server.
+            let whole = #"{"sku":"x","quantity":1,"unitPriceCents":1}"#
+            let request = "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(whole.utf8.count)\r\n\r\n\(whole)"
+            #expect(try await RawHTTP.exchange(port: port, Array(request.utf8)).status == 200)
         }
     }
 

@@ -20,6 +20,16 @@ struct PageRouteTests {
                 // Nothing but this server: no script or style from elsewhere would run.
                 let policy = response.headers[.contentSecurityPolicy] ?? ""
                 #expect(policy.contains("default-src 'none'") && policy.contains("connect-src 'self'"), "\(policy)")
+                // Scripts from this server only: no inline script runs, whatever a page shows.
+                #expect(policy.contains("script-src 'self';"), "\(policy)")
+                #expect(!policy.contains("script-src 'unsafe-inline'"), "\(policy)")
+                #expect(!String(decoding: Data(buffer: response.body), as: UTF8.self).contains("<script>"), "no inline script")
+            }
+            try await client.execute(uri: "/page.js", method: .get) { response in
+                #expect(response.status == .ok)
+                #expect(response.headers[.contentType] == "text/javascript; charset=utf-8")
+                let script = try Data(contentsOf: OpenAPIDocumentTests.repository.appending(path: "Sources/FanoutServer/Page/page.js"))
+                #expect(Data(buffer: response.body) == script)
             }
         }
     }

@@ -177,6 +177,25 @@ struct RawWebSocketTests {
         }
     }
 
+    /// A message in more fragments than a message may have is a message too large (1009), as
+    /// PROTOCOL.md says, not a broken frame (1002), however few its bytes.
+    @Test func aMessageInTooManyFragmentsIsTooLarge() async throws {
+        try await withServer(Self.quietLeases) { port, _ in
+            let client = try RawWebSocket(port: port)
+            let frames = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+                _ = try client.upgrade()
+                _ = try client.next()
+                try client.sendText(" ", fin: false)
+                for _ in 0..<WebSocketTransport.maxFragments {
+                    try client.send(.init(opcode: 0x0, fin: false, payload: [0x20]))
+                }
+                return try client.frames { $0.opcode == 0x8 }
+            }
+            #expect(frames.contains { $0.isError && $0.text.contains("fragments") })
+            #expect(frames.last?.closeCode == 1009)
+        }
+    }
+
     @Test func aClientCloseIsAnsweredAndTheSubscriberForgotten() async throws {
         try await withServer(Self.quietLeases) { port, server in
             let client = try RawWebSocket(port: port)

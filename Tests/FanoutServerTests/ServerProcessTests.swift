@@ -44,6 +44,31 @@ struct ServerProcessTests {
         for writer in writers { writer.cancel() }
     }
 
+    /// PROTOCOL.md: a server shutting down answers waiting requests at once. A parked long-poll
+    /// is a request in flight, which the HTTP server waits for: it used to hold SIGTERM for the
+    /// poll's whole wait (60 s here).
+    @Test func aSignalAnswersAParkedLongPollAtOnceAndExits() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path])
+        let port = server.port
+        let poll = Task {
+            try await RawHTTP.exchange(port: port, Array("GET /events?since=0&wait=60 HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8), timeout: 70)
+        }
+        await eventually("the poll parked") {
+            let stats = try? await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/stats")!).0
+            let object = stats.flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }
+            return object?["waitingPolls"] as? Int == 1
+        }
+        server.signal(SIGTERM)
+        // Far below the poll's 60 s, far above a loaded machine's shutdown.
+        #expect(await server.waitForExit(timeout: .seconds(20)) == 0)
+        let answer = try await poll.value
+        #expect(answer.status == 200, "\(answer.text)")
+        #expect(answer.text.contains(#""events":[]"#), "answered with what there is: \(answer.text)")
+    }
+
     @Test func aRestartOnTheSameDatabaseContinuesTheSeqAndSubscribersResume() async throws {
         let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

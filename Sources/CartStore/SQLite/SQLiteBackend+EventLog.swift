@@ -33,7 +33,7 @@ extension SQLiteBackend {
             throw CartStoreError(.sinceAhead, "since \(seq) is ahead of the newest event \(latest): this log is not the one you followed")
         }
         let oldest = try oldestRetainedSeq(db)
-        guard seq + 1 >= oldest else {
+        guard seq >= oldest - 1 else {
             return .tooOld(oldestRetainedSeq: oldest, latestSeq: latest)
         }
         var request = CartEventRow.filter(CartEventRow.Columns.seq > seq)

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 
 /// The SQLite engine (GRDB over the system libsqlite3): one file in WAL mode, one writer
 /// connection that commits mutations in batches (`GroupCommit`), readers for snapshots and
@@ -13,6 +14,10 @@ final class SQLiteBackend: CartStoreBackend {
     let commits: GroupCommit<SQLiteWork>
     /// The database file's owner lock, for stores opened at a path.
     private let fileLock: DatabaseFileLock?
+    /// Why the last batch could not be written for want of room (`storageFull`), until a write
+    /// commits again. A probe that rolls back needs no room, so without this `/healthz` would
+    /// say yes on a full disk while every write is refused.
+    private let lackOfRoom = NIOLockedValueBox<CartStoreError?>(nil)
 
     /// Opens (creating if needed) the database at `path` in WAL mode, migrates it, and checks
     /// that it can be written (see `CartStore.init(path:durability:)` for the errors).
@@ -52,22 +57,41 @@ final class SQLiteBackend: CartStoreBackend {
     }
 
     func checkWritable() async throws {
-        try await writer.writeWithoutTransaction { db in try Self.probeWrite(db) }
+        try await writer.writeWithoutTransaction { db in
+            guard lackOfRoom.withLockedValue({ $0 }) != nil else { return try Self.probeWrite(db) }
+            // Only a write that commits tells whether there is room again.
+            Self.shrinkLog(db)
+            try Self.probeWrite(db, committed: true)
+            lackOfRoom.withLockedValue { $0 = nil }
+        }
     }
 
-    /// A write rolled back at once.
-    private static func probeWrite(_ db: Database) throws {
+    /// A write of nothing that lasts: a table created (and, when `committed`, dropped in the
+    /// same transaction), rolled back at once unless `committed`. Only a committed one takes
+    /// room in the write-ahead log, as a mutation does.
+    private static func probeWrite(_ db: Database, committed: Bool = false) throws {
         do {
             try db.inTransaction(.immediate) {
                 try db.execute(sql: "CREATE TABLE fanout_write_probe (x)")
-                return .rollback
+                guard committed else { return .rollback }
+                try db.execute(sql: "DROP TABLE fanout_write_probe")
+                return .commit
             }
         } catch {
             throw CartStoreError.storage(error)
         }
     }
 
+    /// Copies the write-ahead log into the database and truncates it to nothing, giving its
+    /// room back to the disk: after a write failed for want of room (a log that cannot grow
+    /// would otherwise keep the room it has), and at close. A reader still on an old snapshot
+    /// can keep part of it; what could not be copied is copied at the next attempt.
+    private static func shrinkLog(_ db: Database) {
+        _ = try? db.checkpoint(.truncate)
+    }
+
     func close() throws {
+        try? writer.writeWithoutTransaction { db in Self.shrinkLog(db) }
         if let pool = writer as? DatabasePool {
             try pool.close()
         } else if let queue = writer as? DatabaseQueue {
@@ -103,19 +127,31 @@ final class SQLiteBackend: CartStoreBackend {
             guard let batch = commits.nextBatch() else { return }
             let outcomes: [Result<CartCommit, any Error>]
             do {
-                outcomes = try commits.commit(batch.map(\.work), db)
+                outcomes = try commits.commit(batch.map(\.work), db).map { $0.mapError(CartStoreError.storage) }
             } catch {
                 let error = CartStoreError.storage(error)
+                noteLackOfRoom(error, db)
                 for mutation in batch { mutation.caller.resume(throwing: error) }
                 continue
             }
             for case .success(let commit) in outcomes { store.deliver(commit.event) }
             for (mutation, outcome) in zip(batch, outcomes) {
-                mutation.caller.resume(with: outcome.mapError(CartStoreError.storage))
+                if case .failure(let error) = outcome { noteLackOfRoom(error, db) }
+                mutation.caller.resume(with: outcome)
+            }
+            if outcomes.contains(where: { (try? $0.get()) != nil }) {
+                lackOfRoom.withLockedValue { $0 = nil }
             }
         }
         // Still draining (the flag stays set): carry on after whatever else waits.
         writer.asyncWriteWithoutTransaction { db in self.drainCommits(for: store, db) }
+    }
+
+    /// Remembers a write refused for want of room, and gives the log's room back to the disk.
+    private func noteLackOfRoom(_ error: any Error, _ db: Database) {
+        guard let error = error as? CartStoreError, error.code == .storageFull else { return }
+        lackOfRoom.withLockedValue { $0 = error }
+        Self.shrinkLog(db)
     }
 
     /// One mutation, inside the batch's transaction: the cart read, the plan, its rows written.

@@ -50,7 +50,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
     init(responder: @escaping HTTPChannelHandler.Responder, subscribe: SubscribeEndpoint) {
         self.responder = Self.servingHeadAsGet(Self.redirectingUpgrades(responder))
         self.subscribe = subscribe
-        self.http1 = HTTP1Channel.Configuration(idleTimeout: .nanoseconds(Int64(subscribe.configuration.idleTimeout.seconds * 1e9)))
+        self.http1 = HTTP1Channel.Configuration(idleTimeout: subscribe.configuration.idleTimeout.timeAmount)
     }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
@@ -60,7 +60,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             let subscribe = subscribe
             /// Why the upgrade was refused, for the HTTP answer.
             let refusal = NIOLoopBoundBox<APIError?>(nil, eventLoop: channel.eventLoop)
-            let requestGuard = NIOLoopBound(RequestGuard(), eventLoop: channel.eventLoop)
+            let requestGuard = NIOLoopBound(RequestGuard(bodyTimeout: subscribe.configuration.bodyTimeout.timeAmount), eventLoop: channel.eventLoop)
             let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
                 maxFrameSize: subscribe.configuration.maxMessageSize,
                 // `WebSocketTransport` answers bad frames itself: an error message, then the close.
@@ -86,7 +86,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                         try channel.pipeline.syncOperations.addHandlers(
                             MaskedFramesOnly(),
                             // Joins fragmented messages, within the same size limit as one frame.
-                            NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: 1_024, maxAccumulatedFrameSize: maxSize),
+                            NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: WebSocketTransport.maxFragments, maxAccumulatedFrameSize: maxSize),
                             WebSocketTransport(endpoint: subscribe, logger: logger))
                         return .subscriber
                     }
@@ -129,8 +129,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             try operations.addHandler(requestGuard.value, position: .after(decoder))
             // A connection must send its first request head in time: idle or trickling
             // connections cannot pile up and hold the server's descriptors.
-            let firstRequestTimeout = TimeAmount.nanoseconds(Int64(subscribe.configuration.firstRequestTimeout.seconds * 1e9))
-            let deadline = channel.eventLoop.scheduleTask(in: firstRequestTimeout) {
+            let deadline = channel.eventLoop.scheduleTask(in: subscribe.configuration.firstRequestTimeout.timeAmount) {
                 channel.close(promise: nil)
             }
             negotiated.whenComplete { _ in deadline.cancel() }

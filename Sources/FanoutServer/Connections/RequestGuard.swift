@@ -14,6 +14,10 @@ import NIOHTTP1
 ///   body before reading (as Python's urllib does) then sees the answer instead of waiting for
 ///   a server that stopped reading. Without `Connection: close` the HTTP server reads the rest
 ///   of the body itself before the next request.
+/// - **A body that trickles** (a byte every few seconds, which resets no idle timer's
+///   patience for long) must have arrived whole `bodyTimeout` after its head: else 408
+///   `request_timeout`, and the connection closes. The head has its own deadline
+///   (`FanoutChannel`, the first request's; the idle timeout, later ones).
 ///
 /// It sits right after the request decoder; a WebSocket upgrade removes it with the decoder.
 final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
@@ -25,6 +29,10 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     static let maxURILength = 8 * 1024
     /// The most bytes of an answered request's body read and dropped before closing anyway.
     static let maxDrain = 64 * 1024 * 1024
+    /// How long a request's body may take to arrive, from its head: bodies are at most 64 KiB.
+    let bodyTimeout: TimeAmount
+    /// Closes a connection whose body is still arriving at `bodyTimeout`.
+    private var bodyDeadline: Scheduled<Void>?
 
     /// A response has started and not ended: a parse error can then only close.
     private var responding = false
@@ -35,9 +43,15 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private var closeRequested = false
     /// Answered before its body was read: the rest is dropped, then the connection closes.
     private var draining = false
+    /// The current request was answered before its body had arrived.
+    private var answeredBeforeBody = false
     private var drained = 0
     /// The connection's first request head: `FanoutChannel` looks at it for an event stream.
     private(set) var firstRequest: HTTPRequestHead?
+
+    init(bodyTimeout: TimeAmount) {
+        self.bodyTimeout = bodyTimeout
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !failed else { return }
@@ -49,7 +63,14 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
             }
             if firstRequest == nil { firstRequest = head }
             readingBody = true
+            answeredBeforeBody = false
             closeRequested = !head.isKeepAlive
+            bodyDeadline?.cancel()
+            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let loopContext = NIOLoopBound(context, eventLoop: context.eventLoop)
+            bodyDeadline = context.eventLoop.scheduleTask(in: bodyTimeout) {
+                handler.value.bodyTimedOut(context: loopContext.value)
+            }
         case .body(let body):
             if draining {
                 drained += body.readableBytes
@@ -58,12 +79,35 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
             }
         case .end:
             readingBody = false
+            bodyDeadline?.cancel()
+            bodyDeadline = nil
             if draining {
                 context.close(promise: nil)
                 return
             }
         }
         context.fireChannelRead(data)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        bodyDeadline?.cancel()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        bodyDeadline?.cancel()
+        context.fireChannelInactive()
+    }
+
+    private func bodyTimedOut(context: ChannelHandlerContext) {
+        guard readingBody else { return }
+        if draining || responding || answeredBeforeBody {
+            // Answered already (or answering): nothing more to say.
+            context.close(promise: nil)
+        } else {
+            refuse(context: context, with: APIError(
+                .requestTimeout, code: "request_timeout",
+                "the request's body did not arrive within \(Double(bodyTimeout.nanoseconds) / 1e9) s of its head"))
+        }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -85,6 +129,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
         case .head(let head) where head.status.code >= 200: responding = true
         case .end:
             responding = false
+            answeredBeforeBody = readingBody
             if readingBody, closeRequested, !draining {
                 draining = true
                 context.read()

@@ -68,7 +68,7 @@ struct AccessPolicy: Sendable {
 /// the same carts as `/events` and `/subscribe`, so they need it too; the page reads them with
 /// the token given in its URL).
 struct AccessMiddleware<Context: RequestContext>: RouterMiddleware {
-    static var openPaths: Set<String> { ["/", "/healthz", "/openapi.json"] }
+    static var openPaths: Set<String> { ["/", PageController.scriptPath, "/healthz", "/openapi.json"] }
 
     let policy: AccessPolicy
 

@@ -41,6 +41,9 @@ final class FanoutHub: CartStoreObserver {
         var transports: [String: TransportStats]
         /// `GET /events?wait=S` requests waiting now.
         var waitingPolls: Int
+        /// Subscriber connections open now: the subscribers, and ended ones whose connection
+        /// is still closing (for a few seconds at most).
+        var connections: Int
         /// The store's engine: `sqlite` or `postgresql`.
         var engine: String
         /// How many committed events this server has not yet delivered (the database's newest
@@ -269,6 +272,7 @@ final class FanoutHub: CartStoreObserver {
                 return (framing.metricLabel, TransportStats(subscribers: counts.subscribers, ended: everyReason(counts.ended)))
             }),
             waitingPolls: parkedPolls.count,
+            connections: openConnections.load(ordering: .relaxed),
             engine: store.engineName,
             behindBy: nil)
     }

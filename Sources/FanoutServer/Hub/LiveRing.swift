@@ -59,8 +59,10 @@ final class LiveRing: Sendable {
     /// it is ahead of the log, or of the ring for an instant: only the log can tell).
     func covers(_ cursor: Int64) -> Bool {
         state.withLockedValue { state in
+            // `oldest - 1`, not `cursor + 1`: the cursor is the client's number (a `since` of
+            // Int64.max must not trap), `oldest` is at least 1.
             let oldest = state.items.first?.seq ?? state.nextSeq
-            return cursor + 1 >= oldest && cursor < state.nextSeq
+            return cursor >= oldest - 1 && cursor < state.nextSeq
         }
     }
 

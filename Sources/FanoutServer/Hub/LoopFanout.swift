@@ -90,7 +90,7 @@ final class LoopFanout: @unchecked Sendable {
         let oldestRetained = ring.oldestSeq
         var from = Int64.max
         for subscriber in members {
-            if subscriber.cursor + 1 < oldestRetained {
+            if subscriber.cursor < oldestRetained - 1 {
                 subscriber.end(.tooSlow)
             } else if subscriber.transport?.isWritable == true {
                 from = min(from, subscriber.cursor)

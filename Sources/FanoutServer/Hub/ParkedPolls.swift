@@ -1,4 +1,5 @@
 import NIOConcurrencyHelpers
+import ServiceLifecycle
 
 /// Waiters for an event after a seq: long-poll requests (`GET /events?since=N&wait=S`), and
 /// catch-ups that have read the log further than the ring (`FanoutHub.aheadOfRing`).
@@ -38,8 +39,22 @@ final class ParkedPolls: Sendable {
     /// How many are waiting now.
     var count: Int { state.withLockedValue { $0.waiters.count } }
 
-    /// Waits until an event after `since` commits, or until `deadline`.
+    /// Waits until an event after `since` commits, or until `deadline`, or until the server
+    /// begins to shut down.
+    ///
+    /// A long-poll is an HTTP request in flight, and the HTTP server, shut down first, waits for
+    /// its requests to finish: without this, SIGTERM would wait up to a poll's whole `wait`. A
+    /// request's task sees the server's graceful shutdown as soon as the server does, so the
+    /// first poll to see it answers every waiting one (`shutDown`).
     func park(after since: Int64, until deadline: ContinuousClock.Instant) async -> Outcome {
+        await withGracefulShutdownHandler {
+            await parkUntilShutdown(after: since, until: deadline)
+        } onGracefulShutdown: {
+            self.shutDown()
+        }
+    }
+
+    private func parkUntilShutdown(after since: Int64, until deadline: ContinuousClock.Instant) async -> Outcome {
         let id: Int? = state.withLockedValue { state in
             guard state.latestSeq <= since, !state.shuttingDown else { return nil }
             state.nextID += 1

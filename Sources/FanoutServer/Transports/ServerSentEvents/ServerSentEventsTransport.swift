@@ -15,6 +15,12 @@ import NIOCore
 /// A stream whose client stopped reading stays full, and ends at the lease's end
 /// (`leaseExpired`), or sooner if it falls out of the live ring (`tooSlow`). Either way the
 /// browser reconnects by itself with `Last-Event-ID` and gets the rest from the log.
+///
+/// Bytes the kernel holds count as not delivered: the socket's send buffer is fixed at
+/// `sendBufferSize` (the kernel would otherwise grow it to megabytes, which a stalled stream
+/// with little traffic takes minutes to fill, and which 2 000 stalled streams hold as kernel
+/// memory). Past it, the only bytes the server cannot see are those in the client's own
+/// receive buffer, which its kernel acknowledged.
 final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTransport {
     /// Whatever arrives after the request (nothing, from a browser) is dropped unread.
     typealias InboundIn = Never
@@ -74,12 +80,21 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
         case .failed: ("internal_error", "the server could not read the event log: reconnect and resume with Last-Event-ID")
         case .violation: nil  // a stream's client sends nothing to break the rules with
         }
-        if let error {
+        // The error event only if it fits: a stream that ends because its client stopped
+        // reading has no room for it, and waiting for room would hold the connection open.
+        if let error, channel.isWritable {
             channel.write(ServerSentEvents.frame(ServerEncoding.message(.error(code: error.code, message: error.message))), promise: nil)
         }
         closed = true
-        channel.writeAndFlush(ByteBuffer()).whenComplete { _ in channel.close(promise: nil) }
+        channel.close(after: channel.writeAndFlush(ByteBuffer()), within: Self.drainTimeout)
     }
+
+    /// The socket's send buffer (`SO_SNDBUF`; Linux doubles it for its own bookkeeping).
+    static let sendBufferSize: SocketOptionValue = 64 * 1024
+
+    /// How long an ending stream's last bytes may take to leave before the connection is
+    /// closed with them unsent.
+    static let drainTimeout = TimeAmount.seconds(5)
 
     // MARK: Events
 
@@ -91,6 +106,7 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
         guard channel.isActive else { return }
         hub.connectionOpened()
         try? channel.syncOptions?.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: 16 * 1024, high: 64 * 1024))
+        try? channel.syncOptions?.setOption(ChannelOptions.socketOption(.so_sndbuf), value: Self.sendBufferSize)
         channel.write(responseHead(), promise: nil)
         let subscriber = Subscriber(loop: context.eventLoop, hub: hub, transport: self)
         self.subscriber = subscriber

@@ -20,6 +20,9 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     /// The heartbeat as the fanout clients send it.
     private static let plainHeartbeat = Array(#"{"type":"heartbeat"}"#.utf8)
 
+    /// The most frames one message may arrive in (`NIOWebSocketFrameAggregator`).
+    static let maxFragments = 1_024
+
     /// How long a close handshake the server started waits for the client's close frame.
     static let closeTimeout = TimeAmount.seconds(15)
 
@@ -89,7 +92,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         case .violation(let violation):
             let (code, error): (WebSocketErrorCode, (String, String)) = switch violation {
             case .malformedFrame: (.protocolError, ("bad_frame", "the last frame broke the WebSocket rules"))
-            case .messageTooLarge: (.messageTooLarge, ("bad_frame", "messages are limited to \(endpoint.configuration.maxMessageSize) bytes"))
+            case .messageTooLarge: (.messageTooLarge, ("bad_frame", "messages are limited to \(endpoint.configuration.maxMessageSize) bytes in at most \(Self.maxFragments) fragments"))
             case .binaryMessage: (.policyViolation, ("binary_not_supported", "send JSON text frames, not binary"))
             case .invalidText: (.dataInconsistentWithMessage, ("bad_frame", "text frames must be valid UTF-8"))
             }
@@ -196,7 +199,9 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         } else if error is UnmaskedFrame {
             subscriber.end(.violation(.malformedFrame))
         } else if let error = error as? NIOWebSocketFrameAggregator.Error {
-            subscriber.end(.violation(error == .accumulatedFrameSizeIsTooLarge ? .messageTooLarge : .malformedFrame))
+            // Too many fragments is a message too large too (1009), whatever its byte count.
+            let tooLarge = error == .accumulatedFrameSizeIsTooLarge || error == .tooManyFragments
+            subscriber.end(.violation(tooLarge ? .messageTooLarge : .malformedFrame))
         } else {
             logger.debug("subscriber connection error", metadata: ["fanout.error": "\(error)"])
             context.close(promise: nil)
@@ -308,7 +313,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         let written = wire.writeAndFlush(NIOAny(WebSocketFrames.close(code: code, reason: reason)))
         if closeNow {
             state = .closing(nil)
-            written.whenComplete { _ in channel.close(promise: nil) }
+            channel.close(after: written, within: Self.closeTimeout)
         } else {
             state = .closing(channel.eventLoop.scheduleTask(in: Self.closeTimeout) {
                 channel.close(promise: nil)

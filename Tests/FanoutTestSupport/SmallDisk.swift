@@ -1,0 +1,83 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A disk that really fills: a tmpfs of a few MiB mounted on a new folder, for the tests of a
+/// full disk. Mounting needs root (as the tests run in CI); elsewhere the tests that need it are
+/// skipped with a message saying so (`needsSmallDisk`).
+public final class SmallDisk {
+    public let directory: URL
+    private var filler: FileHandle?
+
+    /// Mounts a tmpfs of `bytes` on a new folder under the system temp folder.
+    public init(bytes: Int) throws {
+        directory = FileManager.default.temporaryDirectory.appending(path: "fanout-disk-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let outcome = Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(bytes)", "tmpfs", directory.path])
+        guard outcome == 0 else {
+            try? FileManager.default.removeItem(at: directory)
+            throw CocoaError(.fileWriteNoPermission, userInfo: [NSLocalizedDescriptionKey: "mount -t tmpfs failed (\(outcome)): the full-disk tests need root"])
+        }
+    }
+
+    public func path(_ name: String) -> String { directory.appending(path: name).path }
+
+    /// Whether this machine lets the tests mount one (root, and mount allowed).
+    public static let isAvailable: Bool = {
+        guard let disk = try? SmallDisk(bytes: 64 * 1024) else { return false }
+        disk.unmount()
+        return true
+    }()
+
+    /// Fills what room is left with a file of its own, to the last page.
+    public func fill() throws {
+        if filler == nil {
+            let path = self.path("filler")
+            FileManager.default.createFile(atPath: path, contents: nil)
+            filler = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        }
+        guard let filler else { return }
+        _ = try filler.seekToEnd()
+        for size in [64 * 1024, 4 * 1024, 512, 1] {
+            let chunk = Data(count: size)
+            while (try? filler.write(contentsOf: chunk)) != nil {}
+        }
+    }
+
+    /// Gives `bytes` of the filler back.
+    public func free(_ bytes: Int) throws {
+        guard let filler else { return }
+        let size = try filler.seekToEnd()
+        try filler.truncate(atOffset: size > UInt64(bytes) ? size - UInt64(bytes) : 0)
+    }
+
+    public func unmount() {
+        try? filler?.close()
+        filler = nil
+        _ = Self.run("/bin/umount", ["-l", directory.path])
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    deinit { unmount() }
+
+    private static func run(_ executable: String, _ arguments: [String]) -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        do { try process.run() } catch { return -1 }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+}
+
+extension Trait where Self == ConditionTrait {
+    /// For tests that fill a real disk (`SmallDisk`): skipped where it cannot be mounted,
+    /// except in CI, where they fail instead.
+    public static var needsSmallDisk: Self {
+        .enabled(if: SmallDisk.isAvailable || runningInCI, "running the tests as root (to mount a small tmpfs) enables the full-disk tests")
+    }
+}
