@@ -59,7 +59,14 @@ public enum ServerMessage: Sendable, Hashable {
     case event(CartEvent)
     /// Sent every heartbeat interval: a quiet subscriber at `latestSeq` missed nothing.
     case heartbeat(latestSeq: Int64)
+    /// A `FanoutErrorCode`'s raw value (kept as text so that a newer server's code still
+    /// decodes) and a message for people.
     case error(code: String, message: String)
+
+    /// An error message for `error`.
+    public static func error(_ error: FanoutError) -> ServerMessage {
+        .error(code: error.code.rawValue, message: error.message)
+    }
 
     public struct Welcome: Codable, Sendable, Hashable {
         public var subscriberID: String

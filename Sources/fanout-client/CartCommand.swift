@@ -116,7 +116,7 @@ enum CartText {
     /// clear message before anything is sent).
     static func pathSegment(_ id: String) throws -> String {
         guard CartLimits.isValidIdentifier(id) else {
-            throw ValidationError("ids are 1–64 characters of A-Z a-z 0-9 . _ - (got \"\(id.prefix(80))\")")
+            throw ValidationError("an id is \(CartLimits.identifierRule) (got \"\(id.prefix(80))\")")
         }
         return id
     }

@@ -70,13 +70,15 @@ struct EventStreamConnection {
         try printer.handle(message, raw: event.data)
     }
 
-    /// A refused stream: the token or the origin is a failure retrying cannot fix, and ends the
-    /// program; anything else (a full or restarting server) is retried.
+    /// A refused stream: what retrying cannot fix (the token, the origin, a bad value) ends the
+    /// program; what may pass (a full, restarting or failing server) is retried. The server's
+    /// error code decides; without one (an answer from something in between), a 5xx is retried.
     static func failure(_ status: HTTPResponseStatus, _ body: String) -> any Error {
-        let detail = (try? FanoutJSON.decoder().decode(ErrorResponse.self, from: Data(body.utf8)))
-            .map { "\($0.error.code): \($0.error.message)" } ?? "\(status.code)"
-        if status == .unauthorized || status == .forbidden || status == .badRequest || status == .notAcceptable {
-            return ClientFailure("the server refused the event stream (\(status.code) \(detail))")
+        let answer = try? FanoutJSON.decoder().decode(ErrorResponse.self, from: Data(body.utf8))
+        let detail = answer.map { "\($0.error.code): \($0.error.message)" } ?? "\(status.code)"
+        let code = answer.flatMap { FanoutErrorCode(rawValue: $0.error.code) }
+        guard code?.isRetryable ?? (status.code >= 500) else {
+            return ClientFailure("the server refused the event stream (\(status.code) \(detail))", code: code)
         }
         return StreamRefused(description: "\(status.code) \(detail)")
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import FanoutProtocol
 
 /// `fanout-client`: watch carts change, and change them, from a terminal.
 @main
@@ -17,14 +18,14 @@ struct FanoutClient: AsyncParsableCommand {
 /// A failure to report on stderr with a non-zero exit, never a stack trace.
 struct ClientFailure: Error, CustomStringConvertible {
     let description: String
-    /// The HTTP status, when the server answered with an error.
-    let status: Int?
+    /// The server's error code, when it answered with one.
+    let code: FanoutErrorCode?
 
-    init(_ description: String, status: Int? = nil) {
+    init(_ description: String, code: FanoutErrorCode? = nil) {
         self.description = description
-        self.status = status
+        self.code = code
     }
 
     /// The server refused our credentials: retrying cannot help.
-    var isAuthorizationFailure: Bool { status == 401 || status == 403 }
+    var isAuthorizationFailure: Bool { code?.isRefusedCredentials ?? false }
 }

@@ -47,8 +47,10 @@ struct HTTPAPI: Sendable {
 
     static func failure(status: Int, body: Data) -> ClientFailure {
         guard let answer = try? FanoutJSON.decoder().decode(ErrorResponse.self, from: body) else {
-            return ClientFailure("server answered HTTP \(status)", status: status)
+            return ClientFailure("server answered HTTP \(status)")
         }
-        return ClientFailure("server refused (\(status) \(answer.error.code)): \(answer.error.message)", status: status)
+        return ClientFailure(
+            "server refused (\(status) \(answer.error.code)): \(answer.error.message)",
+            code: FanoutErrorCode(rawValue: answer.error.code))
     }
 }

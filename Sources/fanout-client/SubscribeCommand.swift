@@ -53,8 +53,10 @@ struct SubscribeCommand: AsyncParsableCommand {
         if transport == .sse, URLComponents(string: url)?.scheme == "wss" {
             throw ValidationError("--transport sse speaks plain HTTP: use a ws:// URL")
         }
-        if let bad = carts.first(where: { !CartLimits.isValidIdentifier($0) }) {
-            throw ValidationError("cart ids are 1–64 characters of A-Z a-z 0-9 . _ - (got \"\(bad.prefix(80))\")")
+        do {
+            for cart in carts { try CartLimits.checkCartID(cart) }
+        } catch {
+            throw ValidationError(error.message)
         }
         if let since, since < 0 { throw ValidationError("--since must be ≥ 0") }
     }

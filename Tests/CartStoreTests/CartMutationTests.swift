@@ -80,7 +80,7 @@ struct CartMutationTests {
     }
 
     @Test(arguments: [
-        ("", "a", 1, 0, nil, CartStoreError.Code.invalidCartID),
+        ("", "a", 1, 0, nil, FanoutErrorCode.invalidCartID),
         ("bad id", "a", 1, 0, nil, .invalidCartID),
         (String(repeating: "x", count: 65), "a", 1, 0, nil, .invalidCartID),
         ("c", "sku/1", 1, 0, nil, .invalidSKU),
@@ -91,9 +91,9 @@ struct CartMutationTests {
         ("c", "a", 1, -1, nil, .invalidPrice),
         ("c", "a", 1, 1_000_000_001, nil, .invalidPrice),
         ("c", "a", 1, 0, String(repeating: "n", count: 201), .invalidName),
-    ] as [(String, String, Int, Int, String?, CartStoreError.Code)])
+    ] as [(String, String, Int, Int, String?, FanoutErrorCode)])
     func invalidAddIsRefusedWithItsCodeAndWritesNothing(
-        cartID: String, sku: String, quantity: Int, price: Int, name: String?, code: CartStoreError.Code
+        cartID: String, sku: String, quantity: Int, price: Int, name: String?, code: FanoutErrorCode
     ) async throws {
         // Input is checked before any engine is asked: one engine is enough here.
         let store = try CartStore.inMemory()

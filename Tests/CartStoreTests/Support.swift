@@ -62,10 +62,6 @@ func fold(_ events: [CartEvent]) -> [Cart] {
     return carts.values.sorted { $0.id < $1.id }
 }
 
-extension CartStoreError {
-    static func code(_ error: any Error) -> Code? { (error as? CartStoreError)?.code }
-}
-
 extension CartStore {
     /// The SQLite engine behind a store these tests opened (every store here is one).
     var sqlite: SQLiteBackend {

@@ -9,8 +9,19 @@ public struct ErrorResponse: Codable, Sendable, Hashable {
         error = Detail(code: code, message: message, details: details)
     }
 
+    public init(_ error: FanoutError) {
+        self.init(code: error.code.rawValue, message: error.message, details: error.details)
+    }
+
+    /// The error as the rest of fanout speaks it; nil for a code this version does not know
+    /// (a newer server's).
+    public var fanoutError: FanoutError? {
+        FanoutErrorCode(rawValue: error.code).map { FanoutError($0, error.message, details: error.details) }
+    }
+
     public struct Detail: Sendable, Hashable {
-        /// Stable and machine-readable, like `cart_not_found` (docs/PROTOCOL.md lists them).
+        /// Stable and machine-readable, like `cart_not_found` (`FanoutErrorCode` lists them;
+        /// kept as text so that a newer server's code still decodes).
         public var code: String
         /// For people.
         public var message: String

@@ -58,8 +58,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let head):
             if head.uri.utf8.count > Self.maxURILength {
-                return refuse(context: context, with: APIError(
-                    .uriTooLong, code: "uri_too_long", "request targets are limited to \(Self.maxURILength) bytes"))
+                return refuse(context: context, with: APIError(.uriTooLong, "request targets are limited to \(Self.maxURILength) bytes"))
             }
             if firstRequest == nil { firstRequest = head }
             readingBody = true
@@ -104,9 +103,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
             // Answered already (or answering): nothing more to say.
             context.close(promise: nil)
         } else {
-            refuse(context: context, with: APIError(
-                .requestTimeout, code: "request_timeout",
-                "the request's body did not arrive within \(Double(bodyTimeout.nanoseconds) / 1e9) s of its head"))
+            refuse(context: context, with: APIError(.requestTimeout, "the request's body did not arrive within \(Double(bodyTimeout.nanoseconds) / 1e9) s of its head"))
         }
     }
 
@@ -161,17 +158,17 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     static func answer(to error: HTTPParserError) -> APIError {
         switch error {
         case .headerOverflow:
-            APIError(.requestHeaderFieldsTooLarge, code: "headers_too_large", "the request's header is too large")
+            APIError(.headersTooLarge, "the request's header is too large")
         case .invalidVersion:
-            APIError(.httpVersionNotSupported, code: "http_version_not_supported", "this server speaks HTTP/1.1 (and 1.0)")
+            APIError(.httpVersionNotSupported, "this server speaks HTTP/1.1 (and 1.0)")
         case .invalidMethod:
-            APIError(.methodNotAllowed, code: "method_not_allowed", "unknown method: this server speaks GET, HEAD, POST, PATCH, DELETE and OPTIONS")
+            APIError(.methodNotAllowed, "unknown method: this server speaks GET, HEAD, POST, PATCH, DELETE and OPTIONS")
         case .invalidContentLength, .unexpectedContentLength:
-            APIError(.badRequest, code: "malformed_request", "the Content-Length is missing a number, or conflicts with another")
+            APIError(.malformedRequest, "the Content-Length is missing a number, or conflicts with another")
         case .invalidChunkSize:
-            APIError(.badRequest, code: "malformed_request", "a chunk size is not a hexadecimal number")
+            APIError(.malformedRequest, "a chunk size is not a hexadecimal number")
         default:
-            APIError(.badRequest, code: "malformed_request", "not a valid HTTP/1.1 request (\(error))")
+            APIError(.malformedRequest, "not a valid HTTP/1.1 request (\(error))")
         }
     }
 }

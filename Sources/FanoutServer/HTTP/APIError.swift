@@ -3,20 +3,23 @@ import Foundation
 import Hummingbird
 import NIOCore
 
-/// An error answered as `{"error":{"code","message"}}` with its HTTP status.
+/// A `FanoutError` answered over HTTP: `{"error":{"code","message",…}}` with the code's status
+/// (`FanoutErrorCode.httpStatus`), or another where a route answers the same code differently
+/// (a refused event stream's query is 400 throughout).
 struct APIError: HTTPResponseError {
+    let error: FanoutError
     let status: HTTPResponse.Status
-    let code: String
-    let message: String
-    /// Extra fields for the error object (e.g. the retained range of a too-old answer).
-    var details: [String: Int64] = [:]
 
-    init(_ status: HTTPResponse.Status, code: String, _ message: String, details: [String: Int64] = [:]) {
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details
+    init(_ error: FanoutError, status: HTTPResponse.Status? = nil) {
+        self.error = error
+        self.status = status ?? error.code.httpStatus.map { HTTPResponse.Status(code: $0) } ?? .internalServerError
     }
+
+    init(_ code: FanoutErrorCode, _ message: String, details: [String: Int64] = [:], status: HTTPResponse.Status? = nil) {
+        self.init(FanoutError(code, message, details: details), status: status)
+    }
+
+    var code: FanoutErrorCode { error.code }
 
     func response(from request: Request, context: some RequestContext) throws -> Response {
         Response(
@@ -29,30 +32,11 @@ struct APIError: HTTPResponseError {
 
     /// The `{"error":{…}}` body.
     func body() throws -> ByteBuffer {
-        ByteBuffer(bytes: try FanoutJSON.encoder().encode(ErrorResponse(code: code, message: message, details: details)))
-    }
-}
-
-extension APIError {
-    /// The HTTP answer for a store error: 404 for what is missing, 409 for state conflicts,
-    /// 412 for a failed `If-Match`, 422 for values outside the rules, 503 for a store that
-    /// cannot take changes now, 507 for a full disk.
-    init(_ error: CartStoreError) {
-        let status: HTTPResponse.Status = switch error.code {
-        case .cartNotFound, .itemNotFound: .notFound
-        case .versionConflict: .preconditionFailed
-        case .quantityOverflow, .tooManyItems, .sinceAhead: .conflict
-        case .historyTooOld: .gone
-        case .overloaded, .storeUnavailable, .schemaTooNew, .databaseInUse, .notAFanoutDatabase: .serviceUnavailable
-        case .storageFull: .init(code: 507, reasonPhrase: "Insufficient Storage")
-        case .invalidCartID, .invalidSKU, .invalidQuantity, .invalidPrice, .invalidName, .invalidLimit, .invalidSince:
-            .unprocessableContent
-        }
-        self.init(status, code: error.code.rawValue, error.message)
+        ByteBuffer(bytes: try FanoutJSON.encoder().encode(ErrorResponse(error)))
     }
 
     static func malformed(_ message: String) -> APIError {
-        APIError(.badRequest, code: "malformed_request", message)
+        APIError(.malformedRequest, message)
     }
 }
 
@@ -64,31 +48,30 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch let error as APIError {
             throw error
-        } catch let error as CartStoreError {
+        } catch let error as FanoutError {
             throw APIError(error)
         } catch let error as DecodingError {
             throw APIError.malformed("request body is not the expected JSON: \(Self.describe(error))")
         } catch let error as HTTPError {
-            throw APIError(error.status, code: Self.code(for: error.status), error.body ?? error.status.reasonPhrase)
+            throw APIError(Self.code(for: error.status), error.body ?? error.status.reasonPhrase, status: error.status)
         } catch is NIOTooManyBytesError {
-            throw APIError(.contentTooLarge, code: "body_too_large", "the body is larger than \(context.maxUploadSize) bytes")
+            throw APIError(.bodyTooLarge, "the body is larger than \(context.maxUploadSize) bytes")
         } catch is CancellationError {
-            throw APIError(.serviceUnavailable, code: "shutting_down", "the server is shutting down")
+            throw APIError(.shuttingDown, "the server is shutting down")
         } catch {
             context.logger.error("unhandled error", metadata: ["fanout.error": "\(error)"])
-            throw APIError(.internalServerError, code: "internal_error", "internal error")
+            throw APIError(.internalError, "internal error")
         }
     }
 
-    static func code(for status: HTTPResponse.Status) -> String {
+    /// The code for an error Hummingbird raised with only a status.
+    static func code(for status: HTTPResponse.Status) -> FanoutErrorCode {
         switch status {
-        case .notFound: "not_found"
-        case .methodNotAllowed: "method_not_allowed"
-        case .contentTooLarge: "body_too_large"
-        case .unauthorized: "unauthorized"
-        case .forbidden: "forbidden"
-        case .badRequest: "malformed_request"
-        default: "http_\(status.code)"
+        case .notFound: .notFound
+        case .methodNotAllowed: .methodNotAllowed
+        case .contentTooLarge: .bodyTooLarge
+        case .unauthorized: .unauthorized
+        default: status.code < 500 ? .malformedRequest : .internalError
         }
     }
 

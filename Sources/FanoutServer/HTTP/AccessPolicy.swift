@@ -16,17 +16,17 @@ struct AccessPolicy: Sendable {
     /// (WebSocket, EventSource), never for changes.
     func check(_ request: Request, requiresToken: Bool) throws {
         for origin in request.headers[values: .origin] where !isAllowed(origin: origin) && !Self.isSameOrigin(origin, as: request) {
-            throw APIError(.forbidden, code: "origin_not_allowed", "origin \(origin.prefix(100)) is not allowed (see --allow-origin)")
+            throw APIError(.originNotAllowed, "origin \(origin.prefix(100)) is not allowed (see --allow-origin)")
         }
         guard requiresToken, let token else { return }
         let queryTokenAllowed = request.method == .get || request.method == .head
         let offered = Self.bearer(request.headers[.authorization])
             ?? (queryTokenAllowed ? request.uri.queryParameters.get("token") : nil)
         guard let offered else {
-            throw APIError(.unauthorized, code: "unauthorized", "a token is required: Authorization: Bearer <token>")
+            throw APIError(.unauthorized, "a token is required: Authorization: Bearer <token>")
         }
         guard Self.constantTimeEqual(offered, token) else {
-            throw APIError(.forbidden, code: "bad_token", "the token is not valid")
+            throw APIError(.badToken, "the token is not valid")
         }
     }
 

@@ -28,7 +28,7 @@ struct CartController: Sendable {
         let cartID = try context.parameters.require("cartID")
         let snapshot = try await store.snapshot(of: [cartID])
         guard let cart = snapshot.carts.first else {
-            throw APIError(.notFound, code: CartStoreError.Code.cartNotFound.rawValue, "no cart \(cartID)")
+            throw APIError(.cartNotFound, "no cart \(cartID)")
         }
         var response = try CartResponse(cart: cart, seq: snapshot.seq).response(from: request, context: context)
         response.headers[.eTag] = "\"\(cart.version)\""

@@ -30,7 +30,7 @@ struct EventsController: Sendable {
         let carts = query.get("carts").map { Set($0.split(separator: ",").map(String.init)) }
         let wait = try Self.integer(query.get("wait"), name: "wait") ?? 0
         guard (0...Self.maxWait).contains(wait) else {
-            throw APIError(.unprocessableContent, code: "invalid_wait", "wait must be 0–\(Self.maxWait) seconds (got \(wait))")
+            throw APIError(.invalidWait, "wait must be 0–\(Self.maxWait) seconds (got \(wait))")
         }
         let deadline = ContinuousClock.now + .seconds(wait)
         while true {
@@ -41,13 +41,13 @@ struct EventsController: Sendable {
                     case .committed: continue
                     case .timedOut: break
                     case .full:
-                        throw APIError(.serviceUnavailable, code: "server_full", "\(hub.parkedPolls.limit) long-polls are already waiting; retry, or subscribe")
+                        throw APIError(.serverFull, "\(hub.parkedPolls.limit) long-polls are already waiting; retry, or subscribe")
                     }
                 }
                 return EventsPage(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
             case .tooOld(let oldest, let latest):
                 throw APIError(
-                    .gone, code: CartStoreError.Code.historyTooOld.rawValue,
+                    .historyTooOld,
                     "events after \(since) were pruned; read GET /carts and follow from its seq",
                     details: ["oldestRetainedSeq": oldest, "latestSeq": latest])
             }

@@ -26,7 +26,7 @@ struct HostPolicy: Sendable {
         guard enforced, let header = request.head.authority else { return }
         let name = Self.name(of: header)
         if allowedHosts.contains(name) || (loopbackOnly && Self.isLoopback(name)) { return }
-        throw APIError(.misdirectedRequest, code: "host_not_allowed", "this server does not answer to Host \(header.prefix(100)) (see --allow-host)")
+        throw APIError(.hostNotAllowed, "this server does not answer to Host \(header.prefix(100)) (see --allow-host)")
     }
 
     /// The host name of a `Host` header value, lowercased, without its port.

@@ -26,7 +26,7 @@ struct MethodNotAllowedMiddleware<Context: RequestContext>: RouterMiddleware {
             let allowed = methods(at: request.uri.path)
             guard !allowed.isEmpty, !allowed.contains(request.method) else { throw error }
             let allow = allowed.map(\.rawValue).sorted().joined(separator: ", ")
-            let body = try APIError(.methodNotAllowed, code: "method_not_allowed", "\(request.method) is not served here; use \(allow)").body()
+            let body = try APIError(.methodNotAllowed, "\(request.method) is not served here; use \(allow)").body()
             return Response(
                 status: .methodNotAllowed,
                 headers: [.contentType: APIError.contentType, .allow: allow],

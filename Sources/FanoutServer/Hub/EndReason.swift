@@ -1,3 +1,5 @@
+import FanoutProtocol
+
 /// Why a subscriber ended: the one vocabulary every ending uses, whatever its transport.
 ///
 /// `Subscriber.end(_:)` records it, counts it in `/stats` (under `name`), and hands it to the
@@ -44,4 +46,19 @@ enum EndReason: Sendable, Hashable {
     }
 
     static let names = ["leaseExpired", "tooSlow", "serverFull", "shuttingDown", "peerClosed", "protocolError", "failed"]
+
+    /// What the subscriber is told, with the code that says why (and, on a WebSocket, the close
+    /// code that follows), when the server ended it: `resume` names how the client resumes
+    /// (`since`, `Last-Event-ID`). Nil when the client ended it, or broke the rules (each
+    /// transport says that in its own terms).
+    func error(resume: String) -> FanoutError? {
+        switch self {
+        case .leaseExpired: FanoutError(.leaseExpired, "lease expired: heartbeat more often, and resume with \(resume)")
+        case .tooSlow: FanoutError(.tooSlow, "too slow: reconnect and resume with \(resume)")
+        case .serverFull: FanoutError(.serverFull, "the server has its maximum of subscribers: retry later")
+        case .shuttingDown: FanoutError(.shuttingDown, "the server is shutting down: reconnect later and resume with \(resume)")
+        case .failed: FanoutError(.internalError, "the server could not read the event log: reconnect and resume with \(resume)")
+        case .peerClosed, .violation: nil
+        }
+    }
 }

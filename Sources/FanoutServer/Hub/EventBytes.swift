@@ -74,7 +74,7 @@ enum ServerEncoding {
     static func encode(_ message: ServerMessage) -> ByteBuffer {
         guard let data = try? encoder.encode(message) else {
             // Only non-finite numbers could fail, and the server sends none; never crash for it.
-            return ByteBuffer(string: #"{"code":"internal_error","message":"unencodable message","type":"error"}"#)
+            return ByteBuffer(string: #"{"code":"\#(FanoutErrorCode.internalError.rawValue)","message":"unencodable message","type":"error"}"#)
         }
         return ByteBuffer(bytes: data)
     }

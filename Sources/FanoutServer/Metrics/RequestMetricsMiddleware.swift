@@ -29,13 +29,13 @@ struct RequestMetrics: Sendable {
         timer.record(duration: duration)
     }
 
-    /// Counts an error answer whose code is one of the store's (`CartStoreError.Code`).
-    func failed(code: String) {
-        guard CartStoreError.Code(rawValue: code) != nil else { return }
+    /// Counts an error answer whose code is one of the store's (`FanoutErrorCode.isStoreError`).
+    func failed(code: FanoutErrorCode) {
+        guard code.isStoreError else { return }
         let counter = storeErrors.withLockedValue { counters in
-            if let counter = counters[code] { return counter }
-            let counter = CoreMetrics.Counter(label: "fanout_store_errors_total", dimensions: [("code", code)], factory: factory)
-            counters[code] = counter
+            if let counter = counters[code.rawValue] { return counter }
+            let counter = CoreMetrics.Counter(label: "fanout_store_errors_total", dimensions: [("code", code.rawValue)], factory: factory)
+            counters[code.rawValue] = counter
             return counter
         }
         counter.increment()

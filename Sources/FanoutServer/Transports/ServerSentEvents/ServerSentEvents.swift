@@ -58,14 +58,15 @@ enum ServerSentEvents {
         var since: Int64?
         if let (text, name) = resumeAfter {
             guard let value = Int64(text.trimmingCharacters(in: .whitespaces)) else {
-                throw APIError(.badRequest, code: "invalid_since", "\(name) must be a whole number (got \(text.prefix(40)))")
+                throw APIError(.invalidSince, "\(name) must be a whole number (got \(text.prefix(40)))", status: .badRequest)
             }
             since = value
         }
         // An empty list (`carts=`) is refused like the WebSocket's `"carts":[]`.
         let subscription = Subscription(carts: carts.map { $0 == [""] ? [] : $0 }, since: since)
         if let problem = endpoint.validate(carts: subscription.carts, since: subscription.since) {
-            throw APIError(.badRequest, code: problem.code, problem.message)
+            // 400 for every refused value of a stream request, as docs/PROTOCOL.md says.
+            throw APIError(problem, status: .badRequest)
         }
         return subscription
     }

@@ -71,19 +71,11 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
 
     func close(for reason: EndReason) {
         guard !closed, let channel else { return }
-        let error: (code: String, message: String)? = switch reason {
-        case .peerClosed: nil
-        case .leaseExpired: ("lease_expired", "the stream did not drain for the lease: reconnect and resume with Last-Event-ID")
-        case .tooSlow: ("too_slow", "too slow: reconnect and resume with Last-Event-ID")
-        case .serverFull: ("server_full", "the server has its maximum of \(endpoint.configuration.maxSubscribers) subscribers")
-        case .shuttingDown: ("shutting_down", "the server is shutting down")
-        case .failed: ("internal_error", "the server could not read the event log: reconnect and resume with Last-Event-ID")
-        case .violation: nil  // a stream's client sends nothing to break the rules with
-        }
+        let error = reason.error(resume: "Last-Event-ID")
         // The error event only if it fits: a stream that ends because its client stopped
         // reading has no room for it, and waiting for room would hold the connection open.
         if let error, channel.isWritable {
-            channel.write(ServerSentEvents.frame(ServerEncoding.message(.error(code: error.code, message: error.message))), promise: nil)
+            channel.write(ServerSentEvents.frame(ServerEncoding.message(.error(error))), promise: nil)
         }
         closed = true
         channel.close(after: channel.writeAndFlush(ByteBuffer()), within: Self.drainTimeout)

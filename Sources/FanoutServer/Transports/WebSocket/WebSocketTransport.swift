@@ -78,29 +78,24 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
 
     func close(for reason: EndReason) {
         switch reason {
-        case .leaseExpired:
-            startClosing(code: FanoutCloseCode.leaseExpired, reason: "lease expired: heartbeat more often")
-        case .tooSlow:
-            startClosing(code: FanoutCloseCode.tooSlow, reason: "too slow: reconnect and resume with since")
-        case .serverFull:
-            startClosing(code: FanoutCloseCode.serverFull, reason: "server full")
-        case .shuttingDown:
-            startClosing(code: .goingAway, reason: "server shutting down")
         case .peerClosed:
             // The client's close frame is answered (RFC 6455 §5.5.1); a vanished one is not.
             startClosing(code: .normalClosure, reason: nil, closeNow: true)
         case .violation(let violation):
-            let (code, error): (WebSocketErrorCode, (String, String)) = switch violation {
-            case .malformedFrame: (.protocolError, ("bad_frame", "the last frame broke the WebSocket rules"))
-            case .messageTooLarge: (.messageTooLarge, ("bad_frame", "messages are limited to \(endpoint.configuration.maxMessageSize) bytes in at most \(Self.maxFragments) fragments"))
-            case .binaryMessage: (.policyViolation, ("binary_not_supported", "send JSON text frames, not binary"))
-            case .invalidText: (.dataInconsistentWithMessage, ("bad_frame", "text frames must be valid UTF-8"))
+            let (code, error): (WebSocketErrorCode, FanoutError) = switch violation {
+            case .malformedFrame: (.protocolError, FanoutError(.badFrame, "the last frame broke the WebSocket rules"))
+            case .messageTooLarge: (.messageTooLarge, FanoutError(.badFrame, "messages are limited to \(endpoint.configuration.maxMessageSize) bytes in at most \(Self.maxFragments) fragments"))
+            case .binaryMessage: (.policyViolation, FanoutError(.binaryNotSupported, "send JSON text frames, not binary"))
+            case .invalidText: (.dataInconsistentWithMessage, FanoutError(.badFrame, "text frames must be valid UTF-8"))
             }
-            if !answeringClose { sendError(error.0, error.1) }
+            if !answeringClose { send(.error(error)) }
             startClosing(code: code, reason: nil, closeNow: true)
-        case .failed:
-            sendError("internal_error", "the server could not read the event log; reconnect and resume with since")
-            startClosing(code: .unexpectedServerError, reason: "server error")
+        case .leaseExpired, .tooSlow, .serverFull, .shuttingDown, .failed:
+            guard let error = reason.error(resume: "since"), let code = error.code.closeCode else { return }
+            // The close frame's reason says it (123 bytes at most); a store failure is worth an
+            // error message too.
+            if reason == .failed { send(.error(error)) }
+            startClosing(code: .init(codeNumber: code), reason: String(error.message.utf8.prefix(123)) ?? error.code.rawValue)
         }
     }
 
@@ -232,7 +227,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         do {
             message = try FanoutJSON.decoder().decode(ClientMessage.self, from: Data(data.readableBytesView))
         } catch {
-            sendError("bad_message", "expected {\"type\":\"subscribe\"|\"heartbeat\",…}: \(Self.describe(error))")
+            send(.error(FanoutError(.badMessage, "expected {\"type\":\"subscribe\"|\"heartbeat\",…}: \(Self.describe(error))")))
             return
         }
         switch message {
@@ -240,11 +235,11 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
             break
         case .subscribe(let carts, let since):
             guard subscriber.phase == .connected else {
-                sendError("already_subscribed", "this connection is already subscribed; open another to change the carts")
+                send(.error(FanoutError(.alreadySubscribed, "this connection is already subscribed; open another to change the carts")))
                 return
             }
             if let problem = endpoint.validate(carts: carts, since: since) {
-                sendError(problem.code, problem.message)
+                send(.error(problem))
                 return
             }
             subscriber.subscribe(carts: carts.map(Set.init), since: since)
@@ -293,15 +288,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         flush()
     }
 
-    private func sendError(_ code: String, _ message: String) {
-        send(.error(code: code, message: message))
-    }
-
     // MARK: Closing
-
-    private func startClosing(code: FanoutCloseCode, reason: String) {
-        startClosing(code: .init(codeNumber: Int(code.rawValue)), reason: reason)
-    }
 
     /// Sends the close frame, after which nothing else is written.
     ///
