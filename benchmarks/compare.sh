@@ -143,7 +143,7 @@ child_of() {
 start_fanout() {
     local dir=$TMP/$1 line="" i
     mkdir -p "$dir"
-    "$SERVER" --port 0 --db "$dir/fanout.sqlite" --outbox-limit 4096 --max-subscribers 20000 \
+    "$SERVER" --port 0 --db "$dir/fanout.sqlite" --ring-size 4096 --max-subscribers 20000 \
         --log-level warning >"$dir/stdout" 2>"$dir/stderr" &
     SERVER_PID=$!
     STOP_PID=$SERVER_PID

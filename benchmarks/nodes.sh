@@ -49,7 +49,7 @@ PY
 
 # start_server NAME DB: sets URL and PID.
 start_server() {
-    "$BIN/fanout-server" --port 0 --db "$2" --outbox-limit 4096 --max-subscribers 20000 --log-level warning \
+    "$BIN/fanout-server" --port 0 --db "$2" --ring-size 4096 --max-subscribers 20000 --log-level warning \
         >"$TMP/$1.out" 2>"$TMP/$1.err" &
     PID=$!
     pids+=("$PID")

@@ -1,17 +1,20 @@
 import Foundation
 import GRDB
 
-/// Shopping carts persisted in SQLite, with a durable event log and weakly held observers.
+/// Shopping carts with a durable event log and weakly held observers, kept in SQLite (one file,
+/// one server) or PostgreSQL (one database, several servers).
 ///
-/// Every mutation changes the cart rows and appends one event to `cart_events` atomically (a
-/// savepoint; concurrent mutations share one transaction and one sync, see `GroupCommit`); the
-/// event's `seq` is strictly increasing and gap-free. The engine behind it is a
-/// `CartStoreBackend` (`SQLiteBackend`); everything else here is the same for every engine. After the commit, and in seq order, the
-/// event is delivered to `observers`. Invalid input and vetoed changes
+/// Every mutation changes the cart rows and appends one event to the log in the same
+/// transaction (concurrent mutations share one transaction and one sync, each in a savepoint,
+/// see `GroupCommit`); the event's `seq` is strictly increasing and gap-free. The engine is a
+/// `CartStoreBackend` (`SQLiteBackend`, `PostgresBackend`); the input checks, the plan of a
+/// change (`CartMutation`), validators and delivery are the same for both. After the commit,
+/// and in seq order, the event is delivered to `observers` (on PostgreSQL, every store on the
+/// database delivers every commit, its own and the others'). Invalid input and vetoed changes
 /// throw a `CartStoreError` (or the validator's error) and write nothing.
 ///
-/// The API is `async`: callers never block a thread on SQLite, and an observer callback, which
-/// is synchronous, cannot call back into the store while the store is writing.
+/// The API is `async`: callers never block a thread on the database, and an observer callback,
+/// which is synchronous, cannot call back into the store while the store is writing.
 public final class CartStore: Sendable {
     /// What a successful return promises about surviving crashes.
     public enum Durability: Sendable {
@@ -80,8 +83,9 @@ public final class CartStore: Sendable {
         backend is PostgresBackend ? "postgresql" : "sqlite"
     }
 
-    /// Checks that a change could be written now (a write rolled back at once); throws
-    /// `storeUnavailable` or `storageFull` otherwise. `/healthz` asks it.
+    /// Checks that a change could be written now; throws `storeUnavailable` or `storageFull`
+    /// otherwise. `/healthz` asks it. A write rolled back at once, or, after a write was refused
+    /// for want of room, one that commits (only that takes room).
     public func checkWritable() async throws {
         try await backend.checkWritable()
     }

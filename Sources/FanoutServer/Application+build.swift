@@ -47,7 +47,7 @@ func buildApplication(
     let metrics = ServerMetrics()
     let hub = FanoutHub(store: store, latestSeq: try await store.latestSeq(), settings: .init(
         leaseTTL: .nanoseconds(Int64(configuration.leaseTTL.seconds * 1e9)),
-        ringCapacity: configuration.outboxLimit,
+        ringCapacity: configuration.ringSize,
         maxSubscribers: configuration.maxSubscribers), metrics: metrics.hub, logger: logger)
     store.observers.add(hub)
     let access = AccessPolicy(token: configuration.token, allowedOrigins: configuration.allowedOrigins)
@@ -65,10 +65,13 @@ func buildApplication(
     MetricsController(metrics: metrics).addRoutes(to: router)
     OpenAPIController().addRoutes(to: router)
     PageController().addRoutes(to: router)
-    // Last, so it wraps only the not-found answer: 405 and `Allow` for a known path.
-    // `/subscribe` is answered below the router, as a WebSocket or an event stream; a plain GET
-    // that reaches the router asked for neither.
+    // `/subscribe`: a connection whose first request is a WebSocket upgrade or asks for an event
+    // stream is taken over before the router (`FanoutChannel`), to be driven by its event loop
+    // with no task per subscriber; a later request on a kept-alive connection asking for either
+    // is redirected to a new connection (`FanoutChannel.redirectingUpgrades`). What reaches this
+    // route asked for neither: 406.
     router.get(RouterPath(SubscribeEndpoint.path)) { _, _ -> Response in throw SubscribeEndpoint.notAcceptable }
+    // Last, so it wraps only the not-found answer: 405 and `Allow` for a known path.
     router.add(middleware: MethodNotAllowedMiddleware(
         routes: router.routes.map { ($0.path, $0.method) }))
 

@@ -8,7 +8,7 @@ import Logging
 struct FanoutServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fanout-server",
-        abstract: "Serve carts over HTTP and fan every committed change out to WebSocket subscribers.",
+        abstract: "Serve carts over HTTP and fan every committed change out to subscribers (WebSocket, Server-Sent Events, long-poll).",
         discussion: """
             The first line on stdout is always `listening on http://HOST:PORT`.
             Example: fanout-server --port 8080 --db ./fanout.sqlite
@@ -25,7 +25,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(name: .customLong("db"), help: ArgumentHelp(
         "SQLite database file (created if missing), or a PostgreSQL database as postgres://user[:password]@host[:port]/database (or set DATABASE_URL).",
         valueName: "path-or-url"))
-    var databasePath: String?
+    var database: String?
 
     @Option(name: .customLong("database-url"), help: "The same as --db with a postgres:// URL.")
     var databaseURL: String?
@@ -36,10 +36,12 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(help: "Seconds without a client message before a subscriber is dropped.")
     var leaseTtl: Double = 15
 
-    @Option(help: "Events a subscriber may fall behind (and the live events held for all subscribers) before it is dropped as too slow.")
-    var outboxLimit: Int = 1_024
+    @Option(name: [.customLong("ring-size"), .customLong("outbox-limit")], help: ArgumentHelp(
+        "Live events held for all subscribers (the ring): a subscriber further behind is dropped as too slow and resumes from the log. --outbox-limit is its older name.",
+        valueName: "events"))
+    var ringSize: Int = 1_024
 
-    @Option(help: "Most concurrent WebSocket subscribers.")
+    @Option(help: "Most concurrent subscribers (WebSocket and event stream), and most waiting long-polls.")
     var maxSubscribers: Int = 10_000
 
     @Option(help: "Require this bearer token for changes, /events and /subscribe (or set FANOUT_TOKEN).")
@@ -60,7 +62,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         guard leaseTtl.isFinite, leaseTtl > heartbeatInterval else {
             throw ValidationError("--lease-ttl must be longer than --heartbeat-interval")
         }
-        guard outboxLimit >= 1 else { throw ValidationError("--outbox-limit must be ≥ 1") }
+        guard ringSize >= 1 else { throw ValidationError("--ring-size must be ≥ 1") }
         guard maxSubscribers >= 1 else { throw ValidationError("--max-subscribers must be ≥ 1") }
         if let level = logLevel ?? ProcessInfo.processInfo.environment["LOG_LEVEL"], Logger.Level(rawValue: level) == nil {
             throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -72,11 +74,11 @@ struct FanoutServerCommand: AsyncParsableCommand {
         var configuration = ServerConfiguration()
         configuration.host = host
         configuration.port = port
-        configuration.databasePath = databaseURL ?? databasePath
-            ?? environment["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? configuration.databasePath
+        configuration.database = databaseURL ?? database
+            ?? environment["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? configuration.database
         configuration.heartbeatInterval = .seconds(heartbeatInterval)
         configuration.leaseTTL = .seconds(leaseTtl)
-        configuration.outboxLimit = outboxLimit
+        configuration.ringSize = ringSize
         configuration.maxSubscribers = maxSubscribers
         configuration.token = token ?? environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         configuration.allowedOrigins = Set(allowedOrigins)
@@ -91,7 +93,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.maxConnections = max(16, OpenFilesLimit.raise(logger: logger) - OpenFilesLimit.reserve)
 
         let store: CartStore
-        let location = configuration.databasePath
+        let location = configuration.database
         do {
             if CartStore.isPostgresURL(location) {
                 store = try await CartStore.open(postgresURL: location)
@@ -99,7 +101,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
                 store = try CartStore(path: location)
             }
         } catch let error as CartStoreError {
-            throw StartupFailure(description: "cannot use \(Self.withoutPassword(location)): \(error.message)")
+            throw StartupFailure(description: "cannot use \(Self.withoutPassword(location)): \(error)")
         } catch {
             throw StartupFailure(description: "cannot open database \(Self.withoutPassword(location)): \(error)")
         }

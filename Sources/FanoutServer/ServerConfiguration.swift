@@ -7,14 +7,15 @@ struct ServerConfiguration: Sendable {
     var host = "127.0.0.1"
     /// 0 binds a free port; the bound address is printed as the first stdout line.
     var port = 8080
-    var databasePath = "./fanout.sqlite"
+    /// A SQLite file's path, or a PostgreSQL database's `postgres://` URL.
+    var database = "./fanout.sqlite"
     /// How often subscribers should heartbeat, and how often the server heartbeats to them.
     var heartbeatInterval: Duration = .seconds(5)
     /// A subscriber that sends nothing for this long is dropped.
     var leaseTTL: Duration = .seconds(15)
-    /// Events a subscriber may fall behind before it is dropped as too slow; also how many
-    /// recent events the live ring holds.
-    var outboxLimit = 1_024
+    /// How many recent events the live ring holds (`--ring-size`): a subscriber further behind
+    /// is dropped as too slow.
+    var ringSize = 1_024
     var maxSubscribers = 10_000
     /// Cart ids one subscription may name.
     var maxCartsPerSubscription = 100

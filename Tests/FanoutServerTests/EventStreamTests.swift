@@ -83,7 +83,7 @@ struct EventStreamTests {
     /// other streams go on.
     @Test func aStreamThatStopsReadingIsDroppedWhileOthersGoOn() async throws {
         let store = try CartStore.inMemory()
-        try await withServer({ $0.outboxLimit = 256 }, store: store) { port, server in
+        try await withServer({ $0.ringSize = 256 }, store: store) { port, server in
             let stalled = try await EventStreamClient(port: port, receiveBuffer: 2_048)
             let reader = try await EventStreamClient(port: port)
             await eventually("both streams") { !stalled.snapshots.isEmpty && !reader.snapshots.isEmpty }
@@ -125,7 +125,7 @@ struct EventStreamTests {
     /// writes, so only the lease can end it).
     @Test func aStalledStreamWithLittleTrafficEndsAtItsLease() async throws {
         let store = try CartStore.inMemory()
-        try await withServer({ $0.leaseTTL = .seconds(1); $0.outboxLimit = 100_000 }, store: store) { port, server in
+        try await withServer({ $0.leaseTTL = .seconds(1); $0.ringSize = 100_000 }, store: store) { port, server in
             let stalled = try await EventStreamClient(port: port, receiveBuffer: 2_048)
             await eventually("the snapshot") { !stalled.snapshots.isEmpty }
             try await stalled.stopReading()
@@ -220,7 +220,7 @@ struct LongPollTests {
             await eventually("the poll parked") { server.hub.stats.waitingPolls == 1 }
             // Another cart's commit wakes it, and it waits on.
             try await store.addItem(cartID: "b", sku: "x", quantity: 1, unitPriceCents: 1)
-            await eventually("parked again") { server.hub.parkedPolls.count == 1 }
+            await eventually("parked again") { server.hub.longPolls.count == 1 }
             try await store.addItem(cartID: "a", sku: "y", quantity: 1, unitPriceCents: 1)
             let answered = try await parked
             #expect(answered.status == 200)
@@ -235,7 +235,7 @@ struct LongPollTests {
             #expect(answered.status == 200)
             #expect(Self.seqs(answered.body).isEmpty)
             #expect(answered.body["nextSince"] as? Int == 0)
-            #expect(server.hub.parkedPolls.count == 0)
+            #expect(server.hub.longPolls.count == 0)
         }
     }
 

@@ -99,6 +99,12 @@ struct ServerProcessTests {
             #expect(outcome.status != 0, "\(arguments)")
             #expect(outcome.standardError.contains("Error"), "\(arguments): \(outcome.standardError)")
         }
+        // --outbox-limit is --ring-size's older name: read as the same option.
+        for name in ["--ring-size", "--outbox-limit"] {
+            let outcome = try await runToExit("fanout-server", [name, "0"])
+            #expect(outcome.status != 0)
+            #expect(outcome.standardError.contains("--ring-size must be ≥ 1"), "\(name): \(outcome.standardError)")
+        }
     }
 
     /// A PostgreSQL database nobody answers for: a clear error at once, not a server that

@@ -112,7 +112,7 @@ final class StalledClient: @unchecked Sendable {
 struct SlowConsumerTests {
     @Test func aClientThatStopsReadingIsDroppedWhileWritesAndOtherSubscribersGoOn() async throws {
         let store = try CartStore.inMemory()
-        try await withServer({ $0.outboxLimit = 256; $0.leaseTTL = .seconds(60); $0.heartbeatInterval = .seconds(30) }, store: store) { port, server in
+        try await withServer({ $0.ringSize = 256; $0.leaseTTL = .seconds(60); $0.heartbeatInterval = .seconds(30) }, store: store) { port, server in
             let stalled = try await StalledClient.connect(port: port)
             let reader = TestSubscriber(port: port)
             try await reader.subscribe(since: 0)
@@ -143,7 +143,7 @@ struct SlowConsumerTests {
 
     @Test func aClientThatPausesWithinTheLagLimitGetsEveryEventWhenItReadsAgain() async throws {
         let store = try CartStore.inMemory()
-        try await withServer({ $0.outboxLimit = 5_000; $0.leaseTTL = .seconds(60); $0.heartbeatInterval = .seconds(30) }, store: store) { port, server in
+        try await withServer({ $0.ringSize = 5_000; $0.leaseTTL = .seconds(60); $0.heartbeatInterval = .seconds(30) }, store: store) { port, server in
             let paused = try await StalledClient.connect(port: port)
             await eventually("caught up and live") { server.hub.stats.liveSubscribers == 1 }
             // About 800 KB of events while it does not read: many times the connection's

@@ -1,8 +1,8 @@
 import Foundation
 import GRDB
 
-/// A row of `carts`.
-struct CartRow: Codable, FetchableRecord, PersistableRecord {
+/// A row of `carts`, as reads decode it (writes are prepared statements, `SQLiteBackend.apply`).
+struct CartRow: Decodable, FetchableRecord, TableRecord {
     static let databaseTableName = "carts"
     var id: String
     var version: Int64
@@ -14,7 +14,7 @@ struct CartRow: Codable, FetchableRecord, PersistableRecord {
 }
 
 /// A row of `cart_items`.
-struct CartItemRow: Codable, FetchableRecord, PersistableRecord {
+struct CartItemRow: Decodable, FetchableRecord, TableRecord {
     static let databaseTableName = "cart_items"
     var cartID: String
     var sku: String

@@ -207,9 +207,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
     static func redirectingUpgrades(_ responder: @escaping HTTPChannelHandler.Responder) -> HTTPChannelHandler.Responder {
         struct RedirectedUpgrade: Error {}
         return { request, responseWriter, channel in
-            let wantsStream = request.uri.path == SubscribeEndpoint.path
-                && request.headers[values: .accept].contains { $0.lowercased().hasPrefix("text/event-stream") }
-            guard request.headers[.upgrade]?.lowercased() == "websocket" || wantsStream else {
+            guard request.headers[.upgrade]?.lowercased() == "websocket" || ServerSentEvents.isStreamRequest(request) else {
                 return try await responder(request, responseWriter, channel)
             }
             var location = request.uri.path

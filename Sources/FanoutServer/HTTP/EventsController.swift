@@ -37,11 +37,11 @@ struct EventsController: Sendable {
             switch try await store.events(after: since, limit: limit, carts: carts) {
             case .events(let events, let latest):
                 if events.isEmpty, wait > 0, ContinuousClock.now < deadline {
-                    switch await hub.parkedPolls.park(after: latest, until: deadline) {
+                    switch await hub.longPolls.park(after: latest, until: deadline) {
                     case .committed: continue
                     case .timedOut: break
                     case .full:
-                        throw APIError(.serverFull, "\(hub.parkedPolls.limit) long-polls are already waiting; retry, or subscribe")
+                        throw APIError(.serverFull, "\(hub.longPolls.limit) long-polls are already waiting; retry, or subscribe")
                     }
                 }
                 return EventsPage(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)

@@ -87,11 +87,11 @@ final class FanoutHub: CartStoreObserver {
     let settings: Settings
     let ring: LiveRing
     /// `GET /events?wait=S` requests waiting for a commit.
-    let parkedPolls: ParkedPolls
+    let longPolls: CommitWaiters
     /// Subscribers whose catch-up has read the log further than this server has delivered
     /// (with PostgreSQL: resuming with a `since` from a server further along), waiting for the
     /// ring to reach them. At most one per subscriber.
-    let aheadOfRing: ParkedPolls
+    let aheadOfRing: CommitWaiters
     let logger: Logger
     let metrics: HubMetrics
     private let registry = NIOLockedValueBox(Registry())
@@ -99,7 +99,6 @@ final class FanoutHub: CartStoreObserver {
     private let loops = NIOLockedValueBox<[LoopFanout]>([])
     private let fannedOut = Synchronization.Atomic<Int>(0)
     private let deliveries = Synchronization.Atomic<Int>(0)
-    private let leaseChecks = Synchronization.Atomic<Int>(0)
     /// Subscriber connections not yet closed, ended or not: shutdown waits for their close
     /// handshakes, so that every close frame reaches its client before the process exits.
     private let openConnections = Synchronization.Atomic<Int>(0)
@@ -112,8 +111,8 @@ final class FanoutHub: CartStoreObserver {
         self.settings = settings
         self.metrics = metrics
         self.ring = LiveRing(capacity: settings.ringCapacity, latestSeq: latestSeq)
-        self.parkedPolls = ParkedPolls(limit: settings.maxSubscribers, latestSeq: latestSeq)
-        self.aheadOfRing = ParkedPolls(limit: settings.maxSubscribers, latestSeq: latestSeq)
+        self.longPolls = CommitWaiters(limit: settings.maxSubscribers, latestSeq: latestSeq)
+        self.aheadOfRing = CommitWaiters(limit: settings.maxSubscribers, latestSeq: latestSeq)
         self.latest = Synchronization.Atomic(latestSeq)
         self.logger = logger
     }
@@ -126,7 +125,7 @@ final class FanoutHub: CartStoreObserver {
         guard ring.append(EventBytes(event)) else { return }
         latest.store(event.seq, ordering: .releasing)
         for loop in loops.withLockedValue({ $0 }) { loop.poke() }
-        parkedPolls.committed(seq: event.seq)
+        longPolls.committed(seq: event.seq)
         aheadOfRing.committed(seq: event.seq)
         let delivered = registry.withLockedValue { $0.wanting(event.cartID) }
         fannedOut.add(1, ordering: .relaxed)
@@ -200,7 +199,7 @@ final class FanoutHub: CartStoreObserver {
 
     /// Refuses new subscribers and ends the current ones as shutting down.
     func shutDown() {
-        parkedPolls.shutDown()
+        longPolls.shutDown()
         aheadOfRing.shutDown()
         let subscribers = registry.withLockedValue { registry in
             registry.shuttingDown = true
@@ -232,18 +231,11 @@ final class FanoutHub: CartStoreObserver {
         }
     }
 
-    func countLeaseCheck() {
-        leaseChecks.add(1, ordering: .relaxed)
-    }
-
     // MARK: Figures
 
     var latestSeq: Int64 { latest.load(ordering: .acquiring) }
 
     var subscriberCount: Int { registry.withLockedValue { $0.subscribers.count } }
-
-    /// Lease checks so far: one per subscriber per TTL, whatever the heartbeat rate.
-    var leaseCheckCount: Int { leaseChecks.load(ordering: .relaxed) }
 
     /// How many subscribers the event `seq` was for (0 if unknown or too old).
     func deliveredCount(seq: Int64) -> Int {
@@ -271,7 +263,7 @@ final class FanoutHub: CartStoreObserver {
                 let counts = byTransport[framing.rawValue]
                 return (framing.metricLabel, TransportStats(subscribers: counts.subscribers, ended: everyReason(counts.ended)))
             }),
-            waitingPolls: parkedPolls.count,
+            waitingPolls: longPolls.count,
             connections: openConnections.load(ordering: .relaxed),
             engine: store.engineName,
             behindBy: nil)

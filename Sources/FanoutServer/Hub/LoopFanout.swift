@@ -25,8 +25,6 @@ final class LoopFanout: @unchecked Sendable {
     /// connection at once, and its end removes the member, from inside the pass.
     private var passing = false
     private var leaving: [ObjectIdentifier] = []
-    /// Ring items read by passes so far (a test watches that a stuck member does not grow it).
-    private(set) var itemsRead = 0
 
     init(loop: any EventLoop, ring: LiveRing) {
         self.loop = loop
@@ -98,7 +96,6 @@ final class LoopFanout: @unchecked Sendable {
         }
         guard from != .max else { return }
         let items = ring.items(after: from)
-        itemsRead += items.count
         guard !items.isEmpty else { return }
         for subscriber in members where subscriber.phase == .live {
             write(items, to: subscriber)

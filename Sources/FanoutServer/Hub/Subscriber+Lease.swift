@@ -2,22 +2,23 @@ import NIOCore
 
 /// Where a lease expires.
 ///
-/// A subscriber's lease is renewed by every sign of life from its peer (`heard()`: any WebSocket
-/// message). One timer per subscriber, on its event loop, fires when the lease would lapse; if
-/// the subscriber was heard meanwhile it is set again for the new deadline, otherwise the
-/// subscriber ends with `.leaseExpired`. So a healthy subscriber costs one timer firing per TTL
+/// A subscriber's lease is renewed by every sign of life from its peer (`renewLease()`: any
+/// WebSocket message; for an event stream, whose client never speaks, its connection draining).
+/// One timer per subscriber, on its event loop, fires when the lease would lapse; if the lease
+/// was renewed meanwhile it is set again for the new deadline, otherwise the subscriber ends
+/// with `.leaseExpired`. So a healthy subscriber costs one timer firing per TTL
 /// and no lock, and no sweep walks every subscriber: the cost does not grow with how many are
 /// healthy, and an expiry is on time to the timer's precision.
 extension Subscriber {
-    /// Renews the lease. On the subscriber's loop.
-    func heard() {
-        lastHeard = loop.now
+    /// Renews the lease: the peer showed a sign of life. On the subscriber's loop.
+    func renewLease() {
+        leaseRenewedAt = loop.now
     }
 
     /// Starts watching the lease; `hub.connect` calls it.
     func startLease() {
         loop.assertInEventLoop()
-        scheduleLeaseCheck(at: lastHeard + hub.settings.leaseTTL)
+        scheduleLeaseCheck(at: leaseRenewedAt + hub.settings.leaseTTL)
     }
 
     private func scheduleLeaseCheck(at deadline: NIODeadline) {
@@ -26,8 +27,7 @@ extension Subscriber {
 
     private func checkLease() {
         guard !isEnded else { return }
-        hub.countLeaseCheck()
-        let deadline = lastHeard + hub.settings.leaseTTL
+        let deadline = leaseRenewedAt + hub.settings.leaseTTL
         if loop.now >= deadline {
             end(.leaseExpired)
         } else {

@@ -34,7 +34,7 @@ final class Subscriber: @unchecked Sendable {
     private var _cursor: Int64 = 0
     private var _transport: (any SubscriberTransport)?
     /// The lease: the last sign of life, and the timer that checks it.
-    var lastHeard: NIODeadline
+    var leaseRenewedAt: NIODeadline
     var leaseTimer: Scheduled<Void>?
 
     /// Made on `loop`, with the transport that carries its bytes; `hub.connect` registers it.
@@ -44,7 +44,7 @@ final class Subscriber: @unchecked Sendable {
         self.hub = hub
         self._transport = transport
         self.framing = transport.framing
-        self.lastHeard = loop.now
+        self.leaseRenewedAt = loop.now
     }
 
     var phase: Phase {

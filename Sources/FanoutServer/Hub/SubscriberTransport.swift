@@ -4,7 +4,7 @@ import Glibc
 #endif
 
 /// What a subscriber's connection does for the hub: the only part that differs between
-/// transports (WebSocket today). Everything else, the filter, the cursor, the lease, catch-up,
+/// transports (WebSocket, Server-Sent Events). Everything else, the filter, the cursor, the lease, catch-up,
 /// live fan-out and ending, is `Subscriber`'s, the same for all.
 ///
 /// A transport only writes bytes already framed for it (`framing`), says whether its connection

@@ -37,10 +37,19 @@ enum ServerSentEvents {
         type == .error ? "server-error" : type.rawValue
     }
 
-    /// Whether a request that is not a WebSocket upgrade asks `/subscribe` for an event stream.
+    /// Whether a request for `path` with these `Accept` values asks `/subscribe` for an event
+    /// stream: the one test, for a connection's first request (NIO's head) and a later one
+    /// (Hummingbird's).
+    static func isStreamRequest(path: Substring, accept: some Sequence<some StringProtocol>) -> Bool {
+        path == Substring(SubscribeEndpoint.path) && accept.contains { $0.lowercased().hasPrefix("text/event-stream") }
+    }
+
     static func isStreamRequest(_ head: HTTPRequestHead) -> Bool {
-        guard head.uri.split(separator: "?", maxSplits: 1).first == Substring(SubscribeEndpoint.path) else { return false }
-        return head.headers[canonicalForm: "accept"].contains { $0.lowercased().hasPrefix("text/event-stream") }
+        isStreamRequest(path: head.uri.split(separator: "?", maxSplits: 1).first ?? "", accept: head.headers[canonicalForm: "accept"])
+    }
+
+    static func isStreamRequest(_ request: Request) -> Bool {
+        isStreamRequest(path: Substring(request.uri.path), accept: request.headers[values: .accept])
     }
 
     /// What a stream request subscribes to: `carts=a,b` (absent: all), and where it resumes:

@@ -30,7 +30,8 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
     /// The browser origin to name in `Access-Control-Allow-Origin`, when it is an allowed one.
     private let allowedOrigin: String?
     private let logger: Logger
-    private var subscriber: Subscriber?
+    private let connection: SubscriberConnection
+    private var subscriber: Subscriber? { connection.subscriber }
     private var channel: (any Channel)?
     private var closed = false
 
@@ -39,9 +40,8 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
         self.subscription = subscription
         self.allowedOrigin = allowedOrigin
         self.logger = logger
+        connection = SubscriberConnection(hub: endpoint.hub, configuration: endpoint.configuration)
     }
-
-    private var hub: FanoutHub { endpoint.hub }
 
     // MARK: SubscriberTransport
 
@@ -96,21 +96,12 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
         let channel = context.channel
         self.channel = channel
         guard channel.isActive else { return }
-        hub.connectionOpened()
-        try? channel.syncOptions?.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: 16 * 1024, high: 64 * 1024))
         try? channel.syncOptions?.setOption(ChannelOptions.socketOption(.so_sndbuf), value: Self.sendBufferSize)
         channel.write(responseHead(), promise: nil)
-        let subscriber = Subscriber(loop: context.eventLoop, hub: hub, transport: self)
-        self.subscriber = subscriber
-        guard hub.connect(subscriber) else { return }
-        let configuration = endpoint.configuration
-        write(WireFraming.serverSentEvents.frame(ServerEncoding.message(.welcome(.init(
-            subscriberID: subscriber.id,
-            heartbeatInterval: configuration.heartbeatInterval.seconds,
-            leaseTTL: configuration.leaseTTL.seconds,
-            latestSeq: hub.latestSeq)))))
+        guard let welcome = connection.open(channel, for: self) else { return }
+        write(WireFraming.serverSentEvents.frame(ServerEncoding.message(welcome)))
         flush()
-        subscriber.subscribe(carts: subscription.carts.map(Set.init), since: subscription.since)
+        subscriber?.subscribe(carts: subscription.carts.map(Set.init), since: subscription.since)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
@@ -118,17 +109,13 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable {
             renewLeaseIfDrained()
-            if subscriber?.phase == .live { hub.fanout(for: context.eventLoop).drained() }
+            connection.drained()
         }
         context.fireChannelWritabilityChanged()
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is ChannelShouldQuiesceEvent {
-            subscriber?.end(.shuttingDown)
-        } else {
-            context.fireUserInboundEventTriggered(event)
-        }
+        if !connection.handle(event) { context.fireUserInboundEventTriggered(event) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -138,17 +125,14 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
 
     func channelInactive(context: ChannelHandlerContext) {
         closed = true
-        if let subscriber {
-            subscriber.end(.peerClosed)
-            hub.connectionClosed()
-        }
+        connection.closed()
         context.fireChannelInactive()
     }
 
     // MARK: Writing
 
     private func renewLeaseIfDrained() {
-        if channel?.isWritable == true { subscriber?.heard() }
+        if channel?.isWritable == true { subscriber?.renewLease() }
     }
 
     /// The response head, and the stream's first line: how soon a browser reconnects.

@@ -37,7 +37,8 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     private let endpoint: SubscribeEndpoint
     private let logger: Logger
     private var state = State.open
-    private var subscriber: Subscriber?
+    private let connection: SubscriberConnection
+    private var subscriber: Subscriber? { connection.subscriber }
     /// Where framed bytes are written: the context of NIO's frame encoder, below it.
     private var wire: ChannelHandlerContext?
     private var channel: (any Channel)?
@@ -51,9 +52,8 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     init(endpoint: SubscribeEndpoint, logger: Logger) {
         self.endpoint = endpoint
         self.logger = logger
+        connection = SubscriberConnection(hub: endpoint.hub, configuration: endpoint.configuration)
     }
-
-    private var hub: FanoutHub { endpoint.hub }
 
     // MARK: SubscriberTransport
 
@@ -105,21 +105,8 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     func handlerAdded(context: ChannelHandlerContext) {
         channel = context.channel
         guard context.channel.isActive else { return }
-        hub.connectionOpened()
-        // The live fan-out skips a connection while more than this many bytes wait unsent in it
-        // (and ends it once the ring drops its cursor): bounded memory per connection however
-        // slowly its client reads.
-        try? context.channel.syncOptions?.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: 16 * 1024, high: 64 * 1024))
         wire = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
-        let subscriber = Subscriber(loop: context.eventLoop, hub: hub, transport: self)
-        self.subscriber = subscriber
-        guard hub.connect(subscriber) else { return }
-        let configuration = endpoint.configuration
-        send(.welcome(.init(
-            subscriberID: subscriber.id,
-            heartbeatInterval: configuration.heartbeatInterval.seconds,
-            leaseTTL: configuration.leaseTTL.seconds,
-            latestSeq: hub.latestSeq)))
+        if let welcome = connection.open(context.channel, for: self) { send(welcome) }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -142,10 +129,10 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         }
         switch frame.opcode {
         case .text:
-            subscriber.heard()
+            subscriber.renewLease()
             received(frame.unmaskedData, from: subscriber)
         case .binary:
-            subscriber.heard()
+            subscriber.renewLease()
             subscriber.end(.violation(.binaryMessage))
         case .ping:
             // The decoder refuses fragmented and long control frames.
@@ -166,15 +153,14 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
                 write(pong)
                 flush()
             }
-            if subscriber?.phase == .live { hub.fanout(for: context.eventLoop).drained() }
+            connection.drained()
         }
         context.fireChannelWritabilityChanged()
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is ChannelShouldQuiesceEvent {
-            // The HTTP server is shutting down.
-            subscriber?.end(.shuttingDown)
+        if connection.handle(event) {
+            return
         } else if let event = event as? ChannelEvent, event == .inputClosed {
             // The client half-closed: it will send nothing more, not even a close frame.
             context.close(promise: nil)
@@ -206,10 +192,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     func channelInactive(context: ChannelHandlerContext) {
         if case .closing(let timeout) = state { timeout?.cancel() }
         state = .closed
-        if let subscriber {
-            subscriber.end(.peerClosed)
-            hub.connectionClosed()
-        }
+        connection.closed()
         wire = nil
         context.fireChannelInactive()
     }

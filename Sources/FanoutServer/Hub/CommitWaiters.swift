@@ -1,13 +1,14 @@
 import NIOConcurrencyHelpers
 import ServiceLifecycle
 
-/// Waiters for an event after a seq: long-poll requests (`GET /events?since=N&wait=S`), and
-/// catch-ups that have read the log further than the ring (`FanoutHub.aheadOfRing`).
+/// Waiters for a commit after a seq: long-poll requests (`GET /events?since=N&wait=S`,
+/// `FanoutHub.longPolls`), and catch-ups that have read the log further than the ring
+/// (`FanoutHub.aheadOfRing`).
 ///
 /// Bounded: at most `limit` wait at once; past that `park` refuses at once (a long-poll is
 /// answered 503 `server_full`) rather than holding more. Each commit wakes the ones it is
 /// after, which then read what they need themselves: nothing is buffered here but wake-ups.
-final class ParkedPolls: Sendable {
+final class CommitWaiters: Sendable {
     enum Outcome: Equatable {
         /// An event after `since` committed (or had already).
         case committed
