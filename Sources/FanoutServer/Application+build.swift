@@ -48,7 +48,7 @@ func buildApplication(
     let hub = FanoutHub(store: store, latestSeq: try await store.latestSeq(), settings: .init(
         leaseTTL: .nanoseconds(Int64(configuration.leaseTTL.seconds * 1e9)),
         ringCapacity: configuration.ringSize,
-        maxSubscribers: configuration.maxSubscribers), metrics: metrics.hub, logger: logger)
+        maxSubscribers: configuration.maxSubscribers), logger: logger)
     store.observers.add(hub)
     let access = AccessPolicy(token: configuration.token, allowedOrigins: configuration.allowedOrigins)
 
@@ -62,7 +62,7 @@ func buildApplication(
     router.middlewares.add(AccessMiddleware(policy: access))
     CartController(store: store, hub: hub).addRoutes(to: router.group("carts"))
     EventsController(store: store, hub: hub).addRoutes(to: router)
-    MetricsController(metrics: metrics).addRoutes(to: router)
+    MetricsController(metrics: metrics, hub: hub).addRoutes(to: router)
     OpenAPIController().addRoutes(to: router)
     PageController().addRoutes(to: router)
     // `/subscribe`: a connection whose first request is a WebSocket upgrade or asks for an event

@@ -52,6 +52,50 @@ final class FanoutHub: CartStoreObserver {
         var behindBy: Int64?
     }
 
+    /// The phases a subscriber is counted in before it ends.
+    enum CountedPhase: Int, CaseIterable, Sendable {
+        case connected, catchingUp, live
+
+        init?(_ phase: Subscriber.Phase) {
+            switch phase {
+            case .connected: self = .connected
+            case .catchingUp: self = .catchingUp
+            case .live: self = .live
+            case .ended: return nil
+            }
+        }
+    }
+
+    /// The hub's counts: subscribers now by transport and phase, ended by transport and reason,
+    /// events fanned out and deliveries.
+    struct Figures: Sendable, Equatable {
+        /// By `WireFraming.rawValue`, then `CountedPhase.rawValue`.
+        var now = WireFraming.allCases.map { _ in CountedPhase.allCases.map { _ in 0 } }
+        /// By `WireFraming.rawValue`, then `EndReason.name`.
+        var ended = WireFraming.allCases.map { _ in [String: Int]() }
+        var eventsFannedOut = 0
+        var deliveries = 0
+
+        func subscribers(_ framing: WireFraming? = nil, in phase: CountedPhase? = nil) -> Int {
+            let transports = framing.map { [now[$0.rawValue]] } ?? now
+            return transports.reduce(0) { total, phases in total + (phase.map { phases[$0.rawValue] } ?? phases.reduce(0, +)) }
+        }
+
+        mutating func enter(_ phase: CountedPhase, _ framing: WireFraming) {
+            now[framing.rawValue][phase.rawValue] += 1
+        }
+
+        mutating func move(_ framing: WireFraming, from old: CountedPhase, to new: CountedPhase) {
+            now[framing.rawValue][old.rawValue] -= 1
+            now[framing.rawValue][new.rawValue] += 1
+        }
+
+        mutating func end(_ framing: WireFraming, wasIn phase: CountedPhase?, because reason: EndReason) {
+            if let phase { now[framing.rawValue][phase.rawValue] -= 1 }
+            ended[framing.rawValue][reason.name, default: 0] += 1
+        }
+    }
+
     struct TransportStats: Codable, Sendable, Equatable {
         var subscribers: Int
         var ended: [String: Int]
@@ -64,10 +108,9 @@ final class FanoutHub: CartStoreObserver {
         /// Subscribed (catching up or live), counted per cart and for all carts.
         var forAllCarts = 0
         var byCart: [String: Int] = [:]
-        var live = 0
-        var ended: [String: Int] = [:]
-        /// Subscribers now, and ended by reason, by `WireFraming.rawValue`.
-        var byTransport = WireFraming.allCases.map { _ in (subscribers: 0, ended: [String: Int]()) }
+        /// The one count of subscribers: now, by transport and phase, and ended, by transport and
+        /// reason. `/stats` and `/metrics` are both views of it (`figures`).
+        var figures = Figures()
 
         func wanting(_ cartID: String) -> Int { forAllCarts + (byCart[cartID] ?? 0) }
 
@@ -93,7 +136,6 @@ final class FanoutHub: CartStoreObserver {
     /// ring to reach them. At most one per subscriber.
     let aheadOfRing: CommitWaiters
     let logger: Logger
-    let metrics: HubMetrics
     private let registry = NIOLockedValueBox(Registry())
     /// One per event loop, made on first use (there are as many loops as cores).
     private let loops = NIOLockedValueBox<[LoopFanout]>([])
@@ -106,10 +148,9 @@ final class FanoutHub: CartStoreObserver {
     /// How many subscribers each recent event was for, for the mutation responses.
     private let deliveredCounts = NIOLockedValueBox(DeliveredCounts(capacity: 4_096))
 
-    init(store: CartStore, latestSeq: Int64, settings: Settings = .init(), metrics: HubMetrics = .disabled, logger: Logger) {
+    init(store: CartStore, latestSeq: Int64, settings: Settings = .init(), logger: Logger) {
         self.store = store
         self.settings = settings
-        self.metrics = metrics
         self.ring = LiveRing(capacity: settings.ringCapacity, latestSeq: latestSeq)
         self.longPolls = CommitWaiters(limit: settings.maxSubscribers, latestSeq: latestSeq)
         self.aheadOfRing = CommitWaiters(limit: settings.maxSubscribers, latestSeq: latestSeq)
@@ -131,7 +172,6 @@ final class FanoutHub: CartStoreObserver {
         fannedOut.add(1, ordering: .relaxed)
         deliveries.add(delivered, ordering: .relaxed)
         deliveredCounts.withLockedValue { $0.record(seq: event.seq, count: delivered) }
-        metrics.committed(deliveredTo: delivered)
     }
 
     /// The live fan-out of `loop`, made on first use.
@@ -150,12 +190,11 @@ final class FanoutHub: CartStoreObserver {
     /// (`.serverFull` or `.shuttingDown`), and false returned.
     @discardableResult
     func connect(_ subscriber: Subscriber) -> Bool {
-        metrics.entered(.connected, subscriber)  // a refused one leaves at once, through forget
         let refusal: EndReason? = registry.withLockedValue { registry in
             guard !registry.shuttingDown else { return .shuttingDown }
             guard registry.subscribers.count < settings.maxSubscribers else { return .serverFull }
             registry.subscribers[ObjectIdentifier(subscriber)] = subscriber
-            registry.byTransport[subscriber.framing.rawValue].subscribers += 1
+            registry.figures.enter(.connected, subscriber.framing)
             return nil
         }
         if let refusal {
@@ -168,27 +207,24 @@ final class FanoutHub: CartStoreObserver {
 
     /// It subscribed: events for its carts count it from now on.
     func subscribed(_ subscriber: Subscriber) {
-        registry.withLockedValue { $0.count(subscriber.carts, by: 1) }
-        metrics.moved(subscriber, from: .connected, to: .catchingUp)
+        registry.withLockedValue { registry in
+            registry.count(subscriber.carts, by: 1)
+            registry.figures.move(subscriber.framing, from: .connected, to: .catchingUp)
+        }
     }
 
     func wentLive(_ subscriber: Subscriber) {
-        registry.withLockedValue { $0.live += 1 }
-        metrics.moved(subscriber, from: .catchingUp, to: .live)
+        registry.withLockedValue { $0.figures.move(subscriber.framing, from: .catchingUp, to: .live) }
     }
 
     /// Called by `Subscriber.end` only: forgets it everywhere and counts why it ended.
     func forget(_ subscriber: Subscriber, wasIn phase: Subscriber.Phase, because reason: EndReason) {
         registry.withLockedValue { registry in
-            if registry.subscribers.removeValue(forKey: ObjectIdentifier(subscriber)) != nil {
-                registry.byTransport[subscriber.framing.rawValue].subscribers -= 1
-            }
-            registry.byTransport[subscriber.framing.rawValue].ended[reason.name, default: 0] += 1
+            // A refused subscriber was never registered: it only counts as ended.
+            let registered = registry.subscribers.removeValue(forKey: ObjectIdentifier(subscriber)) != nil
+            registry.figures.end(subscriber.framing, wasIn: registered ? FanoutHub.CountedPhase(phase) : nil, because: reason)
             if phase == .catchingUp || phase == .live { registry.count(subscriber.carts, by: -1) }
-            if phase == .live { registry.live -= 1 }
-            registry.ended[reason.name, default: 0] += 1
         }
-        metrics.ended(subscriber, wasIn: phase, because: reason)
         switch reason {
         case .leaseExpired: logger.withSubscriber(subscriber.id).info("lease expired")
         case .tooSlow: logger.withSubscriber(subscriber.id).info("slow subscriber dropped")
@@ -242,26 +278,32 @@ final class FanoutHub: CartStoreObserver {
         deliveredCounts.withLockedValue { $0.count(seq: seq) }
     }
 
+    /// The hub's counts, as they are now: what `/stats` and `/metrics` show.
+    var figures: Figures {
+        var figures = registry.withLockedValue { $0.figures }
+        figures.eventsFannedOut = fannedOut.load(ordering: .relaxed)
+        figures.deliveries = deliveries.load(ordering: .relaxed)
+        return figures
+    }
+
     var stats: Stats {
-        let (subscribers, live, ended, byTransport) = registry.withLockedValue {
-            ($0.subscribers.count, $0.live, $0.ended, $0.byTransport)
-        }
+        let figures = self.figures
         func everyReason(_ counts: [String: Int]) -> [String: Int] {
             Dictionary(uniqueKeysWithValues: EndReason.names.map { ($0, counts[$0] ?? 0) })
         }
-        let allEnded = everyReason(ended)
+        let allEnded = everyReason(figures.ended.reduce(into: [:]) { all, counts in all.merge(counts, uniquingKeysWith: +) })
         return Stats(
-            subscribers: subscribers,
-            liveSubscribers: live,
+            subscribers: figures.subscribers(),
+            liveSubscribers: figures.subscribers(in: .live),
             expiries: allEnded[EndReason.leaseExpired.name] ?? 0,
             slowConsumerDrops: allEnded[EndReason.tooSlow.name] ?? 0,
             latestSeq: latestSeq,
-            eventsFannedOut: fannedOut.load(ordering: .relaxed),
-            deliveries: deliveries.load(ordering: .relaxed),
+            eventsFannedOut: figures.eventsFannedOut,
+            deliveries: figures.deliveries,
             ended: allEnded,
             transports: Dictionary(uniqueKeysWithValues: WireFraming.allCases.map { framing in
-                let counts = byTransport[framing.rawValue]
-                return (framing.metricLabel, TransportStats(subscribers: counts.subscribers, ended: everyReason(counts.ended)))
+                (framing.metricLabel, TransportStats(
+                    subscribers: figures.subscribers(framing), ended: everyReason(figures.ended[framing.rawValue])))
             }),
             waitingPolls: longPolls.count,
             connections: openConnections.load(ordering: .relaxed),

@@ -3,10 +3,12 @@ import Hummingbird
 /// `GET /metrics`: every metric in the Prometheus text exposition format (version 0.0.4).
 struct MetricsController: Sendable {
     let metrics: ServerMetrics
+    let hub: FanoutHub
 
     func addRoutes(to router: Router<FanoutRequestContext>) {
         router.get("metrics") { _, _ in
-            Response(
+            metrics.hub.show(hub.figures)
+            return Response(
                 status: .ok,
                 headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                 body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))

@@ -1,5 +1,6 @@
 import CoreMetrics
 import Metrics
+import NIOConcurrencyHelpers
 import Prometheus
 
 /// One application's metrics, exported at `GET /metrics` in Prometheus text.
@@ -32,99 +33,65 @@ struct ServerMetrics: Sendable {
     func exposition() -> [UInt8] { registry.emitToBuffer() }
 }
 
-/// What the hub counts: subscribers by transport and state, their ends, events and deliveries.
+/// The hub's figures (`FanoutHub.Figures`) as metrics: subscribers by transport and state, their
+/// ends, events and deliveries.
 ///
-/// The hub calls it at each step of a subscriber's life (`FanoutHub.connect`, `subscribed`,
-/// `wentLive`, `forget`), on the subscriber's event loop, so each subscriber's moves between
-/// gauges are in order; the gauges and counters themselves are atomic.
-struct HubMetrics: Sendable {
-    /// The states a subscriber is counted in before it ends.
-    enum State: CaseIterable {
-        case connected, catchingUp, live
-
-        init?(_ phase: Subscriber.Phase) {
-            switch phase {
-            case .connected: self = .connected
-            case .catchingUp: self = .catchingUp
-            case .live: self = .live
-            case .ended: return nil
-            }
-        }
-
-        var label: String {
-            switch self {
-            case .connected: "connected"
-            case .catchingUp: "catching_up"
-            case .live: "live"
-            }
-        }
-    }
-
-    private let subscribers: [Key: Meter]
-    private let ends: [EndKey: CoreMetrics.Counter]
+/// The hub counts once, in its registry; this is a second view of the same counts, brought up to
+/// date at each scrape (`show`): the gauges set, the counters advanced by what happened since
+/// the last scrape. Nothing is counted twice on a subscriber's way.
+final class HubMetrics: Sendable {
+    private let subscribers: [[Meter]]
+    private let ends: [[String: CoreMetrics.Counter]]
     private let eventsCommitted: CoreMetrics.Counter
     private let deliveries: CoreMetrics.Counter
-
-    private struct Key: Hashable {
-        let framing: WireFraming
-        let state: State
-    }
-
-    private struct EndKey: Hashable {
-        let framing: WireFraming
-        let reason: String
-    }
-
-    /// Counts nothing: for hubs made outside an application (unit tests).
-    static let disabled = HubMetrics(factory: NOOPMetricsHandler.instance)
+    /// What the counters were advanced to at the last scrape.
+    private let shown = NIOLockedValueBox(FanoutHub.Figures())
 
     init(factory: any MetricsFactory) {
-        var subscribers: [Key: Meter] = [:]
-        var ends: [EndKey: CoreMetrics.Counter] = [:]
         // Made up front, so `/metrics` shows every series at 0 before anything happened.
-        for framing in WireFraming.allCases {
-            for state in State.allCases {
-                subscribers[Key(framing: framing, state: state)] = Meter(
-                    label: "fanout_subscribers",
-                    dimensions: [("transport", framing.metricLabel), ("state", state.label)], factory: factory)
-            }
-            for reason in EndReason.names {
-                ends[EndKey(framing: framing, reason: reason)] = CoreMetrics.Counter(
-                    label: "fanout_subscriber_ends_total",
-                    dimensions: [("transport", framing.metricLabel), ("reason", reason)], factory: factory)
+        subscribers = WireFraming.allCases.map { framing in
+            FanoutHub.CountedPhase.allCases.map { phase in
+                Meter(label: "fanout_subscribers", dimensions: [("transport", framing.metricLabel), ("state", phase.label)], factory: factory)
             }
         }
-        self.subscribers = subscribers
-        self.ends = ends
+        ends = WireFraming.allCases.map { framing in
+            Dictionary(uniqueKeysWithValues: EndReason.names.map { reason in
+                (reason, CoreMetrics.Counter(
+                    label: "fanout_subscriber_ends_total",
+                    dimensions: [("transport", framing.metricLabel), ("reason", reason)], factory: factory))
+            })
+        }
         eventsCommitted = CoreMetrics.Counter(label: "fanout_events_committed_total", factory: factory)
         deliveries = CoreMetrics.Counter(label: "fanout_deliveries_total", factory: factory)
     }
 
-    /// A subscriber entered `phase` (from nowhere: `connect`).
-    func entered(_ phase: Subscriber.Phase, _ subscriber: Subscriber) {
-        meter(subscriber, phase)?.increment()
+    /// Brings the metrics up to `figures`.
+    func show(_ figures: FanoutHub.Figures) {
+        shown.withLockedValue { shown in
+            for framing in WireFraming.allCases {
+                for phase in FanoutHub.CountedPhase.allCases {
+                    subscribers[framing.rawValue][phase.rawValue].set(figures.now[framing.rawValue][phase.rawValue])
+                }
+                for (reason, count) in figures.ended[framing.rawValue] {
+                    let before = shown.ended[framing.rawValue][reason] ?? 0
+                    if count > before { ends[framing.rawValue][reason]?.increment(by: count - before) }
+                }
+            }
+            if figures.eventsFannedOut > shown.eventsFannedOut { eventsCommitted.increment(by: figures.eventsFannedOut - shown.eventsFannedOut) }
+            if figures.deliveries > shown.deliveries { deliveries.increment(by: figures.deliveries - shown.deliveries) }
+            shown = figures
+        }
     }
+}
 
-    /// A subscriber moved from one phase to the next.
-    func moved(_ subscriber: Subscriber, from old: Subscriber.Phase, to new: Subscriber.Phase) {
-        meter(subscriber, old)?.decrement()
-        meter(subscriber, new)?.increment()
-    }
-
-    /// A subscriber in `phase` ended for `reason`.
-    func ended(_ subscriber: Subscriber, wasIn phase: Subscriber.Phase, because reason: EndReason) {
-        meter(subscriber, phase)?.decrement()
-        ends[EndKey(framing: subscriber.framing, reason: reason.name)]?.increment()
-    }
-
-    /// The store committed an event, and the hub queued it to `deliveredTo` subscribers.
-    func committed(deliveredTo: Int) {
-        eventsCommitted.increment()
-        deliveries.increment(by: deliveredTo)
-    }
-
-    private func meter(_ subscriber: Subscriber, _ phase: Subscriber.Phase) -> Meter? {
-        State(phase).flatMap { subscribers[Key(framing: subscriber.framing, state: $0)] }
+extension FanoutHub.CountedPhase {
+    /// The `state` label of the subscriber gauge.
+    var label: String {
+        switch self {
+        case .connected: "connected"
+        case .catchingUp: "catching_up"
+        case .live: "live"
+        }
     }
 }
 
