@@ -60,7 +60,10 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             let subscribe = subscribe
             /// Why the upgrade was refused, for the HTTP answer.
             let refusal = NIOLoopBoundBox<APIError?>(nil, eventLoop: channel.eventLoop)
-            let requestGuard = NIOLoopBound(RequestGuard(bodyTimeout: subscribe.configuration.bodyTimeout.timeAmount), eventLoop: channel.eventLoop)
+            let lineGuard = NIOLoopBound(RequestLineGuard(), eventLoop: channel.eventLoop)
+            let requestGuard = NIOLoopBound(
+                RequestGuard(bodyTimeout: subscribe.configuration.bodyTimeout.timeAmount, lineGuard: lineGuard.value),
+                eventLoop: channel.eventLoop)
             let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
                 maxFrameSize: subscribe.configuration.maxMessageSize,
                 // `WebSocketTransport` answers bad frames itself: an error message, then the close.
@@ -83,6 +86,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                     channel.eventLoop.makeCompletedFuture {
                         let maxSize = subscribe.configuration.maxMessageSize
                         channel.pipeline.syncOperations.removeHandler(requestGuard.value, promise: nil)
+                        channel.pipeline.syncOperations.removeHandler(lineGuard.value, promise: nil)
                         try channel.pipeline.syncOperations.addHandlers(
                             MaskedFramesOnly(),
                             // Joins fragmented messages, within the same size limit as one frame.
@@ -127,6 +131,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             let negotiated = try operations.configureUpgradableHTTPServerPipeline(configuration: configuration)
             let decoder = try operations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
             try operations.addHandler(requestGuard.value, position: .after(decoder))
+            try operations.addHandler(lineGuard.value, position: .first)
             // A connection must send its first request head in time: idle or trickling
             // connections cannot pile up and hold the server's descriptors.
             let deadline = channel.eventLoop.scheduleTask(in: subscribe.configuration.firstRequestTimeout.timeAmount) {
@@ -149,6 +154,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         let origin = request.headers[.origin].flatMap { subscribe.access.allowedOrigins.contains($0) ? $0 : nil }
         let operations = channel.pipeline.syncOperations
         operations.removeHandler(requestGuard, promise: nil)
+        operations.removeHandler(requestGuard.lineGuard, promise: nil)
         try operations.removeHandler(context: operations.context(handlerType: ByteToMessageHandler<HTTPRequestDecoder>.self), promise: nil)
         try operations.removeHandler(context: operations.context(handlerType: HTTPResponseEncoder.self), promise: nil)
         try operations.addHandler(ServerSentEventsTransport(endpoint: subscribe, subscription: subscription, allowedOrigin: origin, logger: logger))

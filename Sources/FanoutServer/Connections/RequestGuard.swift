@@ -49,8 +49,12 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// The connection's first request head: `FanoutChannel` looks at it for an event stream.
     private(set) var firstRequest: HTTPRequestHead?
 
-    init(bodyTimeout: TimeAmount) {
+    /// Told when a request has ended, to read the next request line.
+    let lineGuard: RequestLineGuard
+
+    init(bodyTimeout: TimeAmount, lineGuard: RequestLineGuard) {
         self.bodyTimeout = bodyTimeout
+        self.lineGuard = lineGuard
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -78,6 +82,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
             }
         case .end:
             readingBody = false
+            lineGuard.requestEnded()
             bodyDeadline?.cancel()
             bodyDeadline = nil
             if draining {
