@@ -14,7 +14,7 @@ import PostgresNIO
 /// has delivered the log up to its own commit.
 ///
 /// Every use of the database ends by a deadline (`PostgresConnections`), so every caller is
-/// answered within `answerBound`, whatever the database does: a change's callers are told it
+/// answered within the README's 5 s, whatever the database does: a change's callers are told it
 /// was made, that nothing was written, or, when the COMMIT went out and no answer came back,
 /// that it may or may not have been made.
 final class PostgresBackend: CartStoreBackend {
@@ -116,17 +116,14 @@ final class PostgresBackend: CartStoreBackend {
         }
     }
 
-    /// The longest a caller of a change waits, from the moment it is queued: `timeout` for the
-    /// database, the rest for this process to answer. The README promises it.
-    static let answerBound: Duration = .seconds(5)
-
     /// Commits waiting mutations a batch per transaction until none is left; after each, the
     /// follower delivers the log through the batch, then its callers are answered.
     ///
     /// A batch ends by its oldest mutation's deadline (`PostgresConnections.timeout` after it
     /// was queued); a mutation that waited that long behind earlier batches is answered at once,
-    /// never started. So however the database fails, every caller hears within `answerBound`
-    /// and the next batch starts: nothing waits behind a batch that cannot end.
+    /// never started. So however the database fails, every caller hears within the README's
+    /// 5 s (4 s for the database, the rest for this process to answer), and the next batch
+    /// starts: nothing waits behind a batch that cannot end.
     private func drainCommits(for store: CartStore) async {
         while let taken = commits.nextBatch() {
             let now = ContinuousClock.now
