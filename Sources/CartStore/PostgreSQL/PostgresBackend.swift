@@ -446,18 +446,6 @@ final class PostgresBackend: CartStoreBackend {
         return state.hasPrefix("40") || state.hasPrefix("23")
     }
 
-    /// Whether `error` means the connection it came from is finished: lost, or ended by the
-    /// database (a FATAL error: terminated, shut down, a session timeout).
-    static func endsSession(_ error: any Error) -> Bool {
-        if let transaction = error as? PostgresTransactionError {
-            return [transaction.beginError, transaction.closureError, transaction.commitError, transaction.rollbackError]
-                .contains { $0.map(endsSession) ?? false }
-        }
-        guard let psql = error as? PSQLError else { return false }
-        if let severity = psql.serverInfo?[.severity] { return severity == "FATAL" || severity == "PANIC" }
-        return [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown].contains(psql.code)
-    }
-
     /// A short description of a PostgresNIO error: the server's message when there is one.
     static func describe(_ error: any Error) -> String {
         if let psql = error as? PSQLError {

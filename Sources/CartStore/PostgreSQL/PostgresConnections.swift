@@ -55,7 +55,7 @@ struct PostgresConnections: Sendable {
                 do {
                     return try await body(connection)
                 } catch {
-                    if PostgresBackend.endsSession(error) { try? await connection.close() }
+                    if Self.endsSession(error) { try? await connection.close() }
                     throw error
                 }
             }
@@ -66,6 +66,18 @@ struct PostgresConnections: Sendable {
         var connection: PostgresConnection?
         var leased = false
         var expired = false
+    }
+
+    /// Whether `error` means the connection it came from is finished: lost, or ended by the
+    /// database (a FATAL error: terminated, shut down, a session timeout).
+    private static func endsSession(_ error: any Error) -> Bool {
+        if let transaction = error as? PostgresTransactionError {
+            return [transaction.beginError, transaction.closureError, transaction.commitError, transaction.rollbackError]
+                .contains { $0.map(endsSession) ?? false }
+        }
+        guard let psql = error as? PSQLError else { return false }
+        if let severity = psql.serverInfo?[.severity] { return severity == "FATAL" || severity == "PANIC" }
+        return [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown].contains(psql.code)
     }
 
     /// One query, its rows collected, by `deadline`.
