@@ -187,3 +187,40 @@ func firstDifference<T: Equatable>(_ a: [T], _ b: [T]) -> String? {
     }
     return nil
 }
+
+extension PostgresStoreTests {
+    /// The store's sessions ended again and again (`pg_terminate_backend`) while two writers
+    /// write: every change is answered, made or `storeUnavailable`, within the README's bound,
+    /// and changes go through again afterwards. What was acknowledged is in the log, once.
+    @Test func sessionsKilledUnderWritersLeaveNoChangeUnanswered() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await CartStore.open(postgresURL: url)
+        defer { try? store.close() }
+        let server = try await SharedPostgres.shared.server()
+        let writers = TimedWriters(count: 2) { writer, index in
+            do {
+                return .made(seq: try await store.addItem(cartID: "w\(writer)", sku: "s\(index)", quantity: 1, unitPriceCents: 1).event.seq)
+            } catch {
+                return CartStoreError.code(error) == .storeUnavailable ? .unavailable : .other("\(error)")
+            }
+        }
+        for _ in 0..<15 {
+            try await Task.sleep(for: .milliseconds(400))
+            _ = try await server.psql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'fanout'",
+                on: url)
+            #expect(writers.longestWaitInFlight < TimedWriters.bound, "a change waits without an answer")
+        }
+        let outcome = await writers.stop()
+        #expect(outcome.unanswered == 0, "every change answered (\(outcome))")
+        #expect(outcome.longest < TimedWriters.bound, "answered within the bound (\(outcome))")
+        #expect(outcome.otherAnswers.isEmpty, "only storeUnavailable: \(outcome.otherAnswers.prefix(3))")
+        await eventually(timeout: .seconds(30), "a change to go through again") {
+            (try? await store.addItem(cartID: "after", sku: "a", quantity: 1, unitPriceCents: 1)) != nil
+        }
+        let log = try await wholeLog(store).map(\.seq)
+        #expect(log == Array(1...Int64(log.count)), "one gap-free log")
+        #expect(Set(outcome.acknowledged).isSubset(of: Set(log)), "every acknowledged change is in the log")
+        #expect(outcome.acknowledged.count == Set(outcome.acknowledged).count, "no seq acknowledged twice")
+    }
+}

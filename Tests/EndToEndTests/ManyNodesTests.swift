@@ -122,6 +122,145 @@ struct PostgresOutageTests {
     }
 }
 
+/// A server whose PostgreSQL fails under writers, as it does in production: sessions ended,
+/// the database stopped at once and restarted, frozen. Every change is answered, 2xx or 503
+/// `store_unavailable`, within the README's bound (`TimedWriters.bound`, with room for a loaded
+/// machine), and the server writes again once the database is back.
+@Suite(
+    "PostgreSQL failing under writers", .serialized, .timeLimit(.minutes(4)),
+    .needsPostgreSQLPrograms)
+struct PostgresFailureTests {
+    /// The server's sessions ended again and again while two writers write: by
+    /// `pg_terminate_backend`, and every fourth time by SIGKILL of one of them (PostgreSQL then
+    /// ends every session and recovers).
+    @Test func killedSessionsLeaveNoChangeUnansweredAndTheServerWritesAgain() async throws {
+        let (postgres, server, writers) = try await Self.serverUnderWriters(database: "killed")
+        let port = server.port
+        let sessions = "FROM pg_stat_activity WHERE application_name = 'fanout'"
+        for round in 1...16 {
+            try await Task.sleep(for: .milliseconds(500))
+            if round % 4 == 0 {
+                if let pid = (try? await postgres.psql("SELECT pid \(sessions) LIMIT 1"))
+                    .flatMap({ pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) {
+                    kill(pid, SIGKILL)
+                }
+                await eventually(timeout: .seconds(30), "PostgreSQL back from its recovery") {
+                    (try? await postgres.psql("SELECT 1")) != nil
+                }
+            } else {
+                _ = try await postgres.psql("SELECT pg_terminate_backend(pid) \(sessions)")
+            }
+            #expect(writers.longestWaitInFlight < TimedWriters.bound, "a change waits without an answer")
+        }
+        try await expectAnsweredAndWritingAgain(writers, port: port)
+        await Self.endCleanly(server, postgres)
+    }
+
+    /// The database stopped at once (`pg_ctl stop -m immediate`, as in a crash) and started
+    /// again, three times, while two writers write.
+    @Test func aDatabaseStoppedAndRestartedLeavesNoChangeUnanswered() async throws {
+        let (postgres, server, writers) = try await Self.serverUnderWriters(database: "restarted")
+        let port = server.port
+        for cycle in 1...3 {
+            try await postgres.pause(immediately: true)
+            await eventually(timeout: TimedWriters.bound, "/healthz to say 503") {
+                (try? await HTTPProbe.status(port: port, "GET", "/healthz"))?.status == 503
+            }
+            let refused = writers.outcome.unavailable
+            await eventually(timeout: TimedWriters.bound, "a change refused") { writers.outcome.unavailable > refused }
+            #expect(writers.longestWaitInFlight < TimedWriters.bound, "a change waits without an answer")
+            try await postgres.resume()
+            let restarted = ContinuousClock.now
+            let made = writers.outcome.acknowledged.count
+            await eventually(timeout: .seconds(60), "changes going through again (cycle \(cycle))") { writers.outcome.acknowledged.count > made }
+            print("cycle \(cycle): changes went through again \(restarted.duration(to: .now)) after the restart")
+        }
+        try await expectAnsweredAndWritingAgain(writers, port: port)
+        await Self.endCleanly(server, postgres)
+    }
+
+    /// Every PostgreSQL process stopped (SIGSTOP): connections are accepted, nothing is
+    /// answered, as behind a network partition. Changes get 503 within the bound, `/stats` and
+    /// `/healthz` answer within it (the latter 503); once the database continues the server
+    /// writes again; and SIGTERM in the middle of such a freeze ends the server cleanly.
+    @Test func aFrozenDatabaseGets503sWithinTheBoundAndSIGTERMStillEndsTheServer() async throws {
+        let (postgres, server, writers) = try await Self.serverUnderWriters(database: "frozen")
+        let port = server.port
+        try postgres.freeze(true)
+        do {
+            let frozenAt = ContinuousClock.now
+            let refused = writers.outcome.unavailable
+            await eventually(timeout: TimedWriters.bound, "a change refused") { writers.outcome.unavailable > refused }
+            await eventually(timeout: TimedWriters.bound, "/healthz to say 503") {
+                (try? await HTTPProbe.status(port: port, "GET", "/healthz"))?.status == 503
+            }
+            let asked = ContinuousClock.now
+            let stats = try? await HTTPProbe.status(port: port, "GET", "/stats")
+            #expect(stats?.status == 200 && asked.duration(to: .now) < TimedWriters.bound, "/stats answers while the database is frozen")
+            while frozenAt.duration(to: .now) < .seconds(12) {
+                #expect(writers.longestWaitInFlight < TimedWriters.bound, "a change waits without an answer")
+                try await Task.sleep(for: .milliseconds(500))
+            }
+        } catch {
+            try? postgres.freeze(false)
+            throw error
+        }
+        try postgres.freeze(false)
+        try await expectAnsweredAndWritingAgain(writers, port: port)
+
+        // Frozen again, a change under way: SIGTERM still ends the server, and cleanly.
+        try postgres.freeze(true)
+        let underWay = Task { await HTTPProbe.change(port: port, cart: "last", sku: "a") }
+        try await Task.sleep(for: .milliseconds(500))
+        server.signal(SIGTERM)
+        let status = await server.waitForExit(timeout: TimedWriters.bound * 2)
+        try postgres.freeze(false)
+        #expect(status == 0, "SIGTERM ends the server while the database is frozen")
+        _ = await underWay.value
+        await postgres.stop()
+    }
+
+    /// A cluster of the test's own, a server on its database `database`, and two writers
+    /// whose changes go through. The database's commits are in the log on disk before they are
+    /// acknowledged: the harness's clusters do not wait for that, and a crash (SIGKILL of a
+    /// session, an immediate stop) would lose what was acknowledged.
+    private static func serverUnderWriters(database name: String) async throws -> (PostgresServer, ServerProcess, TimedWriters) {
+        let postgres = try await PostgresServer.startCluster()
+        let database = try await postgres.makeDatabase(named: name)
+        _ = try await postgres.psql("ALTER DATABASE \(name) SET synchronous_commit = on")
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
+        let port = server.port
+        let writers = TimedWriters(count: 2) { writer, index in await HTTPProbe.change(port: port, cart: "w\(writer)", sku: "s\(index)") }
+        await eventually(timeout: .seconds(30), "changes going through") { writers.outcome.acknowledged.count >= 10 }
+        return (postgres, server, writers)
+    }
+
+    /// SIGTERM ends the server with status 0; the cluster goes.
+    private static func endCleanly(_ server: ServerProcess, _ postgres: PostgresServer) async {
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+        await postgres.stop()
+    }
+
+    /// Stops the writers: every change was answered within the bound, 2xx or 503, and none
+    /// twice; changes go through again; what was acknowledged is in the gap-free log.
+    private func expectAnsweredAndWritingAgain(_ writers: TimedWriters, port: Int) async throws {
+        let outcome = await writers.stop()
+        print("writers: \(outcome)")
+        #expect(outcome.unanswered == 0, "every change answered (\(outcome))")
+        #expect(outcome.longest < TimedWriters.bound, "answered within the bound (\(outcome))")
+        #expect(outcome.otherAnswers.isEmpty, "2xx or 503 store_unavailable only: \(outcome.otherAnswers.prefix(3))")
+        await eventually(timeout: .seconds(60), "changes to go through again") {
+            await Mutations.add(port: port, cart: "after", sku: "a") != nil
+        }
+        #expect((try? await HTTPProbe.status(port: port, "GET", "/healthz"))?.status == 200)
+        let log = try await Mutations.log(port: port)
+        #expect(log == Array(1...Int64(log.count)), "one gap-free log")
+        #expect(Set(outcome.acknowledged).isSubset(of: Set(log)), "every acknowledged change is in the log")
+        #expect(outcome.acknowledged.count == Set(outcome.acknowledged).count, "no seq acknowledged twice")
+    }
+}
+
 /// An HTTP request whose status and body the test looks at.
 enum HTTPProbe {
     static func status(port: Int, _ method: String, _ path: String, body: String? = nil) async throws -> (status: Int, body: String) {
@@ -134,5 +273,27 @@ enum HTTPProbe {
         }
         let (data, response) = try await URLSession.shared.data(for: request)
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+    }
+
+    /// Adds a line, waiting for the answer as long as it takes (60 s): the test times it.
+    static func change(port: Int, cart: String, sku: String) async -> TimedWriters.Answer {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/carts/\(cart)/items")!)
+        request.httpMethod = "POST"
+        request.timeoutInterval = 60
+        request.httpBody = Data(#"{"sku":"\#(sku)","quantity":1,"unitPriceCents":10}"#.utf8)
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        do {
+            let (data, response) = try await URLSession.shared.data(for: request)
+            let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+            let body = String(decoding: data, as: UTF8.self)
+            if (200..<300).contains(status),
+               let seq = ((try? JSONSerialization.jsonObject(with: data)) as? [String: Any])?["seq"] as? NSNumber {
+                return .made(seq: seq.int64Value)
+            }
+            if status == 503, body.contains("store_unavailable") { return .unavailable }
+            return .other("\(status) \(body.prefix(200))")
+        } catch {
+            return .other("\(error)")
+        }
     }
 }

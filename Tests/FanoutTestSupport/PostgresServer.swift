@@ -151,11 +151,26 @@ public final class PostgresServer: Sendable {
     }
 
     /// Stops the server but keeps the cluster, as a database that goes away under its users
-    /// (`pg_ctl stop -m fast`); `resume()` starts it again on the same port.
-    public func pause() async throws {
+    /// (`pg_ctl stop -m fast`; with `immediately`, `-m immediate`: every process quits at once,
+    /// as in a crash, and the next start recovers); `resume()` starts it again on the same port.
+    public func pause(immediately: Bool = false) async throws {
         guard let cluster else { throw PostgresServerError(description: "FANOUT_POSTGRES_URL's server is not ours to stop") }
-        let stopped = try await cluster.run("pg_ctl", ["stop", "--wait", "--timeout=60", "--mode=fast", "--pgdata", cluster.data.path])
+        let mode = immediately ? "--mode=immediate" : "--mode=fast"
+        let stopped = try await cluster.run("pg_ctl", ["stop", "--wait", "--timeout=60", mode, "--pgdata", cluster.data.path])
         guard stopped.status == 0, !stopped.timedOut else { throw PostgresServerError(description: "pg_ctl stop failed", stopped) }
+    }
+
+    /// Stops (SIGSTOP) or continues (SIGCONT) every process of the cluster: a database that
+    /// still accepts connections (the kernel does) but answers nothing, as behind a network
+    /// partition. The postmaster first when freezing (it starts no session meanwhile), last
+    /// when thawing.
+    public func freeze(_ frozen: Bool) throws {
+        guard let cluster else { throw PostgresServerError(description: "FANOUT_POSTGRES_URL's server is not ours to freeze") }
+        guard let postmaster = cluster.postmasterID else { throw PostgresServerError(description: "the cluster is not running") }
+        let children = Cluster.children(of: postmaster)
+        for pid in frozen ? [postmaster] + children : children + [postmaster] {
+            kill(pid, frozen ? SIGSTOP : SIGCONT)
+        }
     }
 
     /// Starts a paused server again, on its port.
@@ -275,8 +290,23 @@ private struct Cluster {
     /// Tells a postmaster still running in the folder (its pid file is there until it exits)
     /// to quit at once: after `pg_ctl` failed to start or stop it, or for a dropped server.
     func quit() {
-        if let contents = try? String(contentsOf: pidFile, encoding: .utf8), let pid = contents.split(separator: "\n").first.flatMap({ pid_t($0) }) {
-            kill(pid, SIGQUIT)
+        if let postmasterID { kill(postmasterID, SIGQUIT) }
+    }
+
+    /// The postmaster's process id, from its pid file.
+    var postmasterID: pid_t? {
+        (try? String(contentsOf: pidFile, encoding: .utf8))?.split(separator: "\n").first.flatMap { pid_t($0) }
+    }
+
+    /// The processes whose parent is `parent` (from /proc: Linux).
+    static func children(of parent: pid_t) -> [pid_t] {
+        let processes = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return processes.compactMap { pid_t($0) }.filter { pid in
+            // "pid (name) state ppid …": the name may hold spaces, not a ')'.
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let end = stat.lastIndex(of: ")") else { return false }
+            let fields = stat[stat.index(after: end)...].split(separator: " ")
+            return fields.count > 1 && pid_t(fields[1]) == parent
         }
     }
 

@@ -17,6 +17,8 @@ final class GroupCommit<Work: Sendable>: Sendable {
         /// What runs inside the batch's transaction: checks, validates and writes one change.
         let work: Work
         let caller: CheckedContinuation<CartCommit, any Error>
+        /// When it was queued: an engine that bounds a caller's wait counts from here.
+        let queuedAt = ContinuousClock.now
     }
 
     /// The most mutations one transaction carries.

@@ -12,9 +12,15 @@ import PostgresNIO
 /// rolls back to its savepoint and gives its seq back). Delivery is the `PostgresFollower`'s,
 /// the same for this server's commits and the others': a caller is answered once the follower
 /// has delivered the log up to its own commit.
+///
+/// Every use of the database ends by a deadline (`PostgresConnections`), so every caller is
+/// answered within the README's 5 s, whatever the database does: a change's callers are told it
+/// was made, that nothing was written, or, when the COMMIT went out and no answer came back,
+/// that it may or may not have been made.
 final class PostgresBackend: CartStoreBackend {
     let location: PostgresLocation
     let client: PostgresClient
+    let connections: PostgresConnections
     let follower: PostgresFollower
     let commits: GroupCommit<CartMutation>
     private let logger: Logger
@@ -27,9 +33,11 @@ final class PostgresBackend: CartStoreBackend {
     private init(location: PostgresLocation, client: PostgresClient, run: Task<Void, Never>, latestSeq: Int64, logger: Logger, commitLimit: Int) {
         self.location = location
         self.client = client
+        let connections = PostgresConnections(client: client)
+        self.connections = connections
         self.logger = logger
         self.commits = GroupCommit(limit: commitLimit)
-        self.follower = PostgresFollower(client: client, deliveredThrough: latestSeq, logger: logger)
+        self.follower = PostgresFollower(connections: connections, deliveredThrough: latestSeq, logger: logger)
         self.tasks = NIOLockedValueBox([run])
     }
 
@@ -110,51 +118,89 @@ final class PostgresBackend: CartStoreBackend {
 
     /// Commits waiting mutations a batch per transaction until none is left; after each, the
     /// follower delivers the log through the batch, then its callers are answered.
+    ///
+    /// A batch ends by its oldest mutation's deadline (`PostgresConnections.timeout` after it
+    /// was queued); a mutation that waited that long behind earlier batches is answered at once,
+    /// never started. So however the database fails, every caller hears within the README's
+    /// 5 s (4 s for the database, the rest for this process to answer), and the next batch
+    /// starts: nothing waits behind a batch that cannot end.
     private func drainCommits(for store: CartStore) async {
-        while let batch = commits.nextBatch() {
+        while let taken = commits.nextBatch() {
+            let now = ContinuousClock.now
+            var batch: [GroupCommit<CartMutation>.Mutation] = []
+            for mutation in taken {
+                if mutation.queuedAt + PostgresConnections.timeout > now {
+                    batch.append(mutation)
+                } else {
+                    mutation.caller.resume(throwing: CartStoreError(.storeUnavailable, "\(location.description) gave no answer within \(PostgresConnections.timeout) to the changes before this one; nothing was written"))
+                }
+            }
+            guard let oldest = batch.map(\.queuedAt).min() else { continue }
+            let deadline = oldest + PostgresConnections.timeout
             let outcomes: [Result<CartCommit, any Error>]
+            let committing = NIOLockedValueBox(false)
             do {
-                outcomes = try await run { try await self.commitBatch(batch.map(\.work), for: store) }
+                outcomes = try await commitBatch(batch.map(\.work), for: store, until: deadline, committing: committing)
             } catch {
-                // `run` has made it the store's error already.
-                for mutation in batch { mutation.caller.resume(throwing: error) }
+                let answer = error is PostgresTimeout && committing.withLockedValue({ $0 })
+                    ? CartStoreError(.storeUnavailable, "\(location.description) gave no answer to COMMIT within \(PostgresConnections.timeout): the change may or may not have been made; read the cart to tell")
+                    : Self.storage(error, at: location)
+                for mutation in batch { mutation.caller.resume(throwing: answer) }
                 continue
             }
             // Committed: delivered here before the callers hear back, unless the database went
-            // away just now (then the follower delivers it once it is back; the commit stands).
-            await follower.catchUpQuietly()
+            // away just now or does not answer by the deadline (then the follower delivers it
+            // once it is back; the commit stands).
+            let follower = self.follower
+            _ = try? await PostgresConnections.answer(by: deadline, expired: { PostgresTimeout(leased: true, after: PostgresConnections.timeout) }) {
+                await follower.catchUpQuietly()
+            }
             for (mutation, outcome) in zip(batch, outcomes) {
                 mutation.caller.resume(with: outcome.mapError { Self.storage($0, at: location) })
             }
         }
     }
 
-    private func commitBatch(_ mutations: [CartMutation], for store: CartStore) async throws -> [Result<CartCommit, any Error>] {
+    /// One transaction for `mutations`, ended by `deadline`. `committing` is set once the
+    /// COMMIT is about to go out: from then on, a failure may have come after the commit.
+    private func commitBatch(
+        _ mutations: [CartMutation], for store: CartStore,
+        until deadline: ContinuousClock.Instant, committing: NIOLockedValueBox<Bool>
+    ) async throws -> [Result<CartCommit, any Error>] {
         commits.transactions.add(1, ordering: .relaxed)
         let logger = self.logger
-        return try await withConnection { connection in try await connection.withTransaction(logger: logger) { connection in
-            // Every writer of every server, one after the other from here to COMMIT.
-            // Collected, so that a lock timeout is thrown here, not found by the next statement.
-            _ = try await connection.query("SELECT latest FROM event_seq FOR UPDATE", logger: logger).collect()
-            // A batch of one needs no savepoint: if it fails, the whole transaction rolls back.
-            if mutations.count == 1 {
-                return [.success(try await Self.apply(mutations[0], for: store, connection, logger))]
-            }
-            var outcomes: [Result<CartCommit, any Error>] = []
-            for mutation in mutations {
-                try await connection.query("SAVEPOINT mutation", logger: logger)
-                do {
-                    let commit = try await Self.apply(mutation, for: store, connection, logger)
-                    try await connection.query("RELEASE SAVEPOINT mutation", logger: logger)
-                    outcomes.append(.success(commit))
-                } catch {
-                    try await connection.query("ROLLBACK TO SAVEPOINT mutation", logger: logger)
-                    try await connection.query("RELEASE SAVEPOINT mutation", logger: logger)
-                    outcomes.append(.failure(error))
-                }
-            }
+        return try await connections.withConnection(until: deadline) { connection in try await connection.withTransaction(logger: logger) { connection in
+            let outcomes = try await Self.applyBatch(mutations, for: store, connection, logger)
+            committing.withLockedValue { $0 = true }
             return outcomes
         } }
+    }
+
+    /// The batch's mutations, inside its transaction: the seq row locked, then each in a savepoint.
+    private static func applyBatch(
+        _ mutations: [CartMutation], for store: CartStore, _ connection: PostgresConnection, _ logger: Logger
+    ) async throws -> [Result<CartCommit, any Error>] {
+        // Every writer of every server, one after the other from here to COMMIT.
+        // Collected, so that a lock timeout is thrown here, not found by the next statement.
+        _ = try await connection.query("SELECT latest FROM event_seq FOR UPDATE", logger: logger).collect()
+        // A batch of one needs no savepoint: if it fails, the whole transaction rolls back.
+        if mutations.count == 1 {
+            return [.success(try await apply(mutations[0], for: store, connection, logger))]
+        }
+        var outcomes: [Result<CartCommit, any Error>] = []
+        for mutation in mutations {
+            try await connection.query("SAVEPOINT mutation", logger: logger)
+            do {
+                let commit = try await apply(mutation, for: store, connection, logger)
+                try await connection.query("RELEASE SAVEPOINT mutation", logger: logger)
+                outcomes.append(.success(commit))
+            } catch {
+                try await connection.query("ROLLBACK TO SAVEPOINT mutation", logger: logger)
+                try await connection.query("RELEASE SAVEPOINT mutation", logger: logger)
+                outcomes.append(.failure(error))
+            }
+        }
+        return outcomes
     }
 
     /// One mutation, inside the batch's transaction: the cart read, the plan, its rows written.
@@ -340,51 +386,14 @@ final class PostgresBackend: CartStoreBackend {
 
     // MARK: Connections and errors
 
-    /// How long a request waits for a connection before it fails as `storeUnavailable`: while
-    /// PostgreSQL is down, the pool keeps trying to connect and would hold requests meanwhile.
-    static let leaseTimeout: Duration = .seconds(5)
-
-    /// Runs `body` on a pooled connection, or throws `storeUnavailable` when none could be had
-    /// within `leaseTimeout`. Only the wait for a connection is bounded: once `body` runs, it
-    /// runs to its end, so a commit is never cut off between COMMIT and its answer.
+    /// Runs `body` on a pooled connection, by `PostgresConnections.timeout` from now.
     private func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        let leased = NIOLockedValueBox(false)
-        let client = self.client
-        let location = self.location
-        return try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask {
-                try await client.withConnection { connection in
-                    leased.withLockedValue { $0 = true }
-                    do {
-                        return try await body(connection)
-                    } catch {
-                        // A session the database ended goes back to the pool still looking
-                        // open, and the next request there would fail (or wait) in its turn.
-                        if Self.endsSession(error) { try? await connection.close() }
-                        throw error
-                    }
-                }
-            }
-            group.addTask {
-                try await Task.sleep(for: Self.leaseTimeout)
-                guard leased.withLockedValue({ $0 }) else {
-                    throw CartStoreError(.storeUnavailable, "\(location.description) gave no connection within \(Self.leaseTimeout); nothing was written")
-                }
-                return nil
-            }
-            while let next = try await group.next() {
-                if let value = next {
-                    group.cancelAll()
-                    return value
-                }
-            }
-            preconditionFailure("the connection task ended without a result")
-        }
+        try await connections.withConnection(until: .now + PostgresConnections.timeout, body)
     }
 
-    /// One query on a pooled connection, its rows collected.
+    /// One query on a pooled connection, its rows collected, by `PostgresConnections.timeout` from now.
     private func query(_ query: PostgresQuery, logger: Logger) async throws -> [PostgresRow] {
-        try await withConnection { try await $0.query(query, logger: logger).collect() }
+        try await connections.query(query, until: .now + PostgresConnections.timeout, logger: logger)
     }
 
     /// Runs `body`, with PostgreSQL's failures as the store's errors.
@@ -399,6 +408,11 @@ final class PostgresBackend: CartStoreBackend {
     /// A PostgreSQL failure as the store's error: a full disk, or a database that cannot be
     /// reached or written. Other errors (the store's refusals, a validator's veto) pass through.
     static func storage(_ error: any Error, at location: PostgresLocation) -> any Error {
+        if let timeout = error as? PostgresTimeout {
+            // Only a batch knows whether its COMMIT had gone out (`drainCommits`); anything
+            // else that ran out of time wrote nothing.
+            return CartStoreError(.storeUnavailable, "\(location.description) gave \(timeout); nothing was written")
+        }
         if let transaction = error as? PostgresTransactionError {
             if transaction.beginError == nil, transaction.closureError == nil, let commitError = transaction.commitError,
                !definitelyRolledBack(commitError) {
@@ -430,18 +444,6 @@ final class PostgresBackend: CartStoreBackend {
     static func definitelyRolledBack(_ error: any Error) -> Bool {
         guard let state = (error as? PSQLError)?.serverInfo?[.sqlState] else { return false }
         return state.hasPrefix("40") || state.hasPrefix("23")
-    }
-
-    /// Whether `error` means the connection it came from is finished: lost, or ended by the
-    /// database (a FATAL error: terminated, shut down, a session timeout).
-    static func endsSession(_ error: any Error) -> Bool {
-        if let transaction = error as? PostgresTransactionError {
-            return [transaction.beginError, transaction.closureError, transaction.commitError, transaction.rollbackError]
-                .contains { $0.map(endsSession) ?? false }
-        }
-        guard let psql = error as? PSQLError else { return false }
-        if let severity = psql.serverInfo?[.severity] { return severity == "FATAL" || severity == "PANIC" }
-        return [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown].contains(psql.code)
     }
 
     /// A short description of a PostgresNIO error: the server's message when there is one.

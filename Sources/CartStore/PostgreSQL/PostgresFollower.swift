@@ -14,14 +14,14 @@ import PostgresNIO
 actor PostgresFollower {
     static let channel = "fanout_events"
 
-    private let client: PostgresClient
+    private let connections: PostgresConnections
     private let logger: Logger
     private weak var store: CartStore?
     /// The newest seq delivered to this store's observers.
     private(set) var delivered: Int64
 
-    init(client: PostgresClient, deliveredThrough seq: Int64, logger: Logger) {
-        self.client = client
+    init(connections: PostgresConnections, deliveredThrough seq: Int64, logger: Logger) {
+        self.connections = connections
         self.delivered = seq
         self.logger = logger
     }
@@ -36,7 +36,9 @@ actor PostgresFollower {
     private var waiting: [CheckedContinuation<Void, any Error>] = []
 
     /// Reads and delivers everything committed after `delivered`, in pages, in seq order; when
-    /// it returns, everything committed before it was called has been delivered.
+    /// it returns, everything committed before it was called has been delivered. Each page is
+    /// read within `PostgresConnections.timeout`, so a catch-up ends, and its waiters hear,
+    /// however the database fails.
     ///
     /// One catch-up at a time: the actor is re-entered at every `await`, and two reads from the
     /// same `delivered` would deliver the same events twice. A call that finds one under way
@@ -69,14 +71,14 @@ actor PostgresFollower {
     private func deliverCommitted() async throws {
         while true {
             let from = delivered
-            var page: [CartEvent] = []
-            let rows = try await client.query(
+            let rows = try await connections.query(
                 """
                 SELECT seq, cart_id, change, cart_version, committed_at FROM cart_events
                 WHERE seq > \(from) ORDER BY seq LIMIT 1000
-                """, logger: logger)
-            for try await (seq, cartID, change, version, committedAt) in rows.decode((Int64, String, String, Int64, Int64).self) {
-                page.append(try .stored(seq: seq, cartID: cartID, change: change, version: version, committedAt: committedAt))
+                """, until: .now + PostgresConnections.timeout, logger: logger)
+            let page: [CartEvent] = try rows.map { row in
+                let (seq, cartID, change, version, committedAt) = try row.decode((Int64, String, String, Int64, Int64).self)
+                return try .stored(seq: seq, cartID: cartID, change: change, version: version, committedAt: committedAt)
             }
             for event in page {
                 store?.deliver(event)
@@ -111,7 +113,7 @@ actor PostgresFollower {
     nonisolated func listen(reconnectDelay: Duration = .seconds(1)) async {
         while !Task.isCancelled {
             do {
-                try await client.withConnection { connection in
+                try await connections.client.withConnection { connection in
                     // However it ends, the connection is closed rather than given back to the
                     // pool: it may still be LISTENing, or be the one the database just ended
                     // (the pool would lend it to a commit before it noticed, and that commit

@@ -36,19 +36,24 @@ struct PostgresLocation: Sendable, Equatable {
         var configuration = PostgresClient.Configuration(
             host: host, port: port, username: username, password: password, database: database, tls: .disable)
         configuration.options.additionalStartupParameters = Self.sessionSettings
+        // A new connection to a database that accepts but does not answer (frozen) is given up
+        // like any other use of it (`PostgresConnections`); the pool then tries again.
+        configuration.options.connectTimeout = PostgresConnections.timeout
         return configuration
     }
 
     /// Every session's settings. Commits on every server wait for one row lock (`event_seq`):
     /// a writer waits for it `lock_timeout` at most, then its callers get 503
-    /// `store_unavailable`, rather than hang behind a session that holds it; and a session of
-    /// ours that stops in the middle of a transaction (its server frozen, or cut off) gives the
-    /// lock up after `idle_in_transaction_session_timeout`. Both are far above any wait of a
-    /// healthy server, even a loaded one. Migrations wait without a limit.
+    /// `store_unavailable` ("nothing was written") with the session intact, before the
+    /// deadline of `PostgresConnections` would close it; and a session of ours that stops in
+    /// the middle of a transaction (its server frozen, or cut off) gives the lock up after
+    /// `idle_in_transaction_session_timeout`, so that the other servers write again. Both are
+    /// far above any wait of a healthy server, even a loaded one. Migrations run before any
+    /// deadline applies.
     static let sessionSettings: [(String, String)] = [
         ("application_name", "fanout"),
-        ("lock_timeout", "15s"),
-        ("idle_in_transaction_session_timeout", "30s"),
+        ("lock_timeout", "3s"),
+        ("idle_in_transaction_session_timeout", "10s"),
     ]
 
     /// The URL without its password, for messages.

@@ -1,0 +1,137 @@
+import NIOConcurrencyHelpers
+import PostgresNIO
+
+/// The database's pooled connections, every use of one bounded in time: the wait for a
+/// connection, the statements, the COMMIT and the rows together end by a deadline, whatever
+/// the database does meanwhile (gone, frozen, cut off by the network, a session ended under a
+/// statement).
+///
+/// PostgresNIO bounds none of that by itself: a query on a connection waits for the server's
+/// answer, and cancelling its task does not end that wait. So at the deadline the caller is
+/// answered with `PostgresTimeout`, and the connection in use is closed, which fails whatever
+/// statement waits on it (PostgreSQL then rolls back what that session had not committed); the
+/// task that ran the work is left to end on its own.
+struct PostgresConnections: Sendable {
+    let client: PostgresClient
+
+    /// How long one use of the database may take, from asking for a connection to the last
+    /// row. Far above a healthy server's time, even a loaded one's; low enough that a caller
+    /// hears within the README's 5 s (503 `store_unavailable` while the database is away).
+    static let timeout: Duration = .seconds(4)
+
+    /// Runs `body` on a pooled connection and returns what it returns, or throws
+    /// `PostgresTimeout` at `deadline` (then the connection, if one was lent, is closed).
+    ///
+    /// A session the database ended is closed before it goes back to the pool, as is one found
+    /// closed when lent: a statement sent on a closed connection may never be answered.
+    func withConnection<T: Sendable>(
+        until deadline: ContinuousClock.Instant,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        let lease = NIOLockedValueBox(Lease())
+        let client = self.client
+        return try await Self.answer(by: deadline, expired: {
+            let (connection, leased) = lease.withLockedValue { lease in
+                lease.expired = true
+                return (lease.connection, lease.leased)
+            }
+            if let connection {
+                let _: EventLoopFuture<Void> = connection.close()
+            }
+            return PostgresTimeout(leased: leased, after: Self.timeout)
+        }) {
+            try await client.withConnection { connection in
+                // Once the caller has been answered, nothing starts.
+                try lease.withLockedValue { lease in
+                    guard !lease.expired else { throw PostgresTimeout(leased: false, after: Self.timeout) }
+                    lease.connection = connection
+                    lease.leased = true
+                }
+                // Given back to the pool from here on: not ours to close at the deadline.
+                defer { lease.withLockedValue { $0.connection = nil } }
+                guard !connection.isClosed else {
+                    throw CartStoreError(.storeUnavailable, "the database had closed the connection lent; nothing was written")
+                }
+                do {
+                    return try await body(connection)
+                } catch {
+                    if Self.endsSession(error) { try? await connection.close() }
+                    throw error
+                }
+            }
+        }
+    }
+
+    private struct Lease {
+        var connection: PostgresConnection?
+        var leased = false
+        var expired = false
+    }
+
+    /// Whether `error` means the connection it came from is finished: lost, or ended by the
+    /// database (a FATAL error: terminated, shut down, a session timeout).
+    private static func endsSession(_ error: any Error) -> Bool {
+        if let transaction = error as? PostgresTransactionError {
+            return [transaction.beginError, transaction.closureError, transaction.commitError, transaction.rollbackError]
+                .contains { $0.map(endsSession) ?? false }
+        }
+        guard let psql = error as? PSQLError else { return false }
+        if let severity = psql.serverInfo?[.severity] { return severity == "FATAL" || severity == "PANIC" }
+        return [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown].contains(psql.code)
+    }
+
+    /// One query, its rows collected, by `deadline`.
+    func query(_ query: PostgresQuery, until deadline: ContinuousClock.Instant, logger: Logger) async throws -> [PostgresRow] {
+        try await withConnection(until: deadline) { try await $0.query(query, logger: logger).collect() }
+    }
+
+    /// Runs `work` in a task of its own and returns what it returns, unless `deadline` comes
+    /// first: then throws what `expired` returns (it may close what the work waits on), and the
+    /// work, cancelled, is left to end on its own.
+    static func answer<T: Sendable>(
+        by deadline: ContinuousClock.Instant,
+        expired: @escaping @Sendable () -> any Error,
+        _ work: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let caller = NIOLockedValueBox<CheckedContinuation<T, any Error>?>(nil)
+        let worker = NIOLockedValueBox<Task<Void, Never>?>(nil)
+        /// The caller, once: whoever takes it answers.
+        @Sendable func take() -> CheckedContinuation<T, any Error>? {
+            caller.withLockedValue { caller in defer { caller = nil }; return caller }
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            caller.withLockedValue { $0 = continuation }
+            let timer = Task {
+                try? await Task.sleep(until: deadline)
+                guard let caller = take() else { return }
+                worker.withLockedValue { $0 }?.cancel()
+                caller.resume(throwing: expired())
+            }
+            worker.withLockedValue { worker in
+                worker = Task {
+                    let result: Result<T, any Error>
+                    do {
+                        result = .success(try await work())
+                    } catch {
+                        result = .failure(error)
+                    }
+                    guard let caller = take() else { return }
+                    timer.cancel()
+                    caller.resume(with: result)
+                }
+            }
+        }
+    }
+}
+
+/// The database did not finish within `PostgresConnections.timeout`: no connection was lent
+/// (`leased` false: the database is down or every connection busy), or the one lent gave no
+/// answer in time (frozen, cut off, or a lock held elsewhere).
+struct PostgresTimeout: Error, CustomStringConvertible {
+    let leased: Bool
+    let after: Duration
+
+    var description: String {
+        leased ? "no answer within \(after)" : "no connection within \(after)"
+    }
+}
