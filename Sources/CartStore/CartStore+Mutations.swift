@@ -86,8 +86,10 @@ extension CartStore {
         decide: @escaping @Sendable (Cart) throws -> CartChange
     ) async throws -> CartCommit {
         try CartLimits.checkCartID(cartID)
-        let mutation = CartMutation(cartID: cartID, expectedVersion: expectedVersion, mustExist: mustExist, decide: decide)
-        return try await backend.commit(mutation, for: self)
+        let mutation = CartMutation(
+            cartID: cartID, expectedVersion: expectedVersion, mustExist: mustExist, decide: decide,
+            validate: { [weak self] proposal in try self?.validate(proposal) })
+        return try await backend.commit(mutation)
     }
 
     /// Asks the validators about a change, inside the engine's transaction; a throw refuses it.

@@ -55,6 +55,8 @@ public final class CartStore: Sendable {
 
     init(backend: any CartStoreBackend) {
         self.backend = backend
+        // The engine gets a sink, not the store: it holds the store weakly.
+        backend.start(delivering: EventSink { [weak self] event in self?.deliver(event) })
     }
 
     /// Whether `location` names a PostgreSQL database (`postgres://…` or `postgresql://…`)
@@ -72,10 +74,7 @@ public final class CartStore: Sendable {
     ///   written, `notAFanoutDatabase` for a database with another program's tables,
     ///   `schemaTooNew` for one migrated by a newer version.
     public static func open(postgresURL url: String) async throws -> CartStore {
-        let backend = try await PostgresBackend.open(url: url)
-        let store = CartStore(backend: backend)
-        await backend.start(delivering: store)
-        return store
+        CartStore(backend: try await PostgresBackend.open(url: url))
     }
 
     /// Which engine keeps the data: `sqlite` or `postgresql`.

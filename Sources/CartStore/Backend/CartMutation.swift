@@ -10,14 +10,15 @@ struct CartMutation: Sendable {
     /// Refuse with `cartNotFound` when the cart was never changed.
     let mustExist: Bool
     let decide: @Sendable (Cart) throws -> CartChange
+    /// The store's validators: they see the change before anything is written, and a throw
+    /// refuses it. The engine runs them inside its transaction through `plan`, never the store.
+    let validate: @Sendable (CartChangeProposal) throws -> Void
 
     /// What the mutation writes, given the cart as stored (nil: none yet): the change, its JSON
     /// (the log row's and every message's), the event without its seq, and the cart after.
     /// Throws when refused (missing cart, version conflict, the decision's own refusal, or a
     /// validator's veto); then nothing may be written.
-    func plan(
-        stored: Cart?, committedAt: Int64, validate: (CartChangeProposal) throws -> Void
-    ) throws -> MutationPlan {
+    func plan(stored: Cart?, committedAt: Int64) throws -> MutationPlan {
         let before = stored ?? Cart(id: cartID)
         if mustExist && before.version == 0 {
             throw CartStoreError(.cartNotFound, "no cart \(cartID)")

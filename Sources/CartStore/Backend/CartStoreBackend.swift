@@ -2,16 +2,19 @@ import Foundation
 
 /// What a storage engine does for `CartStore`: keep the carts and the event log, and commit
 /// mutations with gap-free seqs. Everything else is the store's and the same for every engine:
-/// checking input, deciding a change (`CartMutation`), asking validators, delivering committed
-/// events to observers in seq order (`CartStore.deliver`), and the public API.
+/// checking input, deciding a change and asking validators (`CartMutation.plan`), delivering
+/// committed events to observers in seq order, and the public API.
 ///
-/// An engine calls `CartStore.deliver` once per committed event, in seq order, before the
-/// mutation that committed it returns: a caller that gets its commit back knows its observers
-/// have heard of it. Input has been checked by the store (ids, limits, `since`, page sizes)
-/// before any of these is called.
+/// An engine knows nothing of the store that opened it: it hands every committed event, once,
+/// in seq order, to the `EventSink` it was started with, before the mutation that committed it
+/// returns (a caller that gets its commit back knows its observers have heard of it). Input has
+/// been checked by the store (ids, limits, `since`, page sizes) before any of these is called.
 protocol CartStoreBackend: Sendable {
+    /// Starts delivering committed events to `sink` (the store calls it once, when it opens).
+    func start(delivering sink: EventSink)
+
     /// Commits `mutation` durably, or throws and writes nothing.
-    func commit(_ mutation: CartMutation, for store: CartStore) async throws -> CartCommit
+    func commit(_ mutation: CartMutation) async throws -> CartCommit
 
     /// The carts (all, or those of `cartIDs` that exist) and the seq they reflect, read at one
     /// point of the log.
@@ -27,4 +30,26 @@ protocol CartStoreBackend: Sendable {
     /// Throws `storeUnavailable` or `storageFull` when a change could not be written now.
     func checkWritable() async throws
     func close() throws
+}
+
+/// Where an engine delivers committed events: the store's observers, through a closure that
+/// holds the store weakly. All an engine may do with the store that opened it.
+struct EventSink: Sendable {
+    let deliver: @Sendable (CartEvent) -> Void
+}
+
+/// The checks of a read of the log, the same for every engine: a `since` beyond the newest seq
+/// is another log (`sinceAhead`), one before what is kept was pruned (`.tooOld`); nil when the
+/// events after `since` can be read.
+extension EventLogRead {
+    static func refusal(since seq: Int64, latest: Int64, oldestRetained: Int64) throws -> EventLogRead? {
+        guard seq <= latest else {
+            throw CartStoreError(.sinceAhead, "since \(seq) is ahead of the newest event \(latest): this log is not the one you followed")
+        }
+        // `oldestRetained - 1`, not `seq + 1`: `seq` is the caller's number.
+        guard seq >= oldestRetained - 1 else {
+            return .tooOld(oldestRetainedSeq: oldestRetained, latestSeq: latest)
+        }
+        return nil
+    }
 }

@@ -1,4 +1,5 @@
 import Logging
+import NIOConcurrencyHelpers
 import PostgresNIO
 
 /// How a store on PostgreSQL hears of every commit, its own and other servers': it reads the
@@ -16,7 +17,8 @@ actor PostgresFollower {
 
     private let connections: PostgresConnections
     private let logger: Logger
-    private weak var store: CartStore?
+    /// Where delivered events go: the store's observers (`PostgresBackend.start`).
+    private nonisolated let sink = NIOLockedValueBox<EventSink?>(nil)
     /// The newest seq delivered to this store's observers.
     private(set) var delivered: Int64
 
@@ -26,8 +28,8 @@ actor PostgresFollower {
         self.logger = logger
     }
 
-    func attach(_ store: CartStore) {
-        self.store = store
+    nonisolated func attach(_ sink: EventSink) {
+        self.sink.withLockedValue { $0 = sink }
     }
 
     /// A catch-up is under way: later callers wait for it, and it reads once more for them.
@@ -69,6 +71,7 @@ actor PostgresFollower {
     }
 
     private func deliverCommitted() async throws {
+        let sink = self.sink.withLockedValue { $0 }
         while true {
             let from = delivered
             let rows = try await connections.query(
@@ -81,7 +84,7 @@ actor PostgresFollower {
                 return try .stored(seq: seq, cartID: cartID, change: change, version: version, committedAt: committedAt)
             }
             for event in page {
-                store?.deliver(event)
+                sink?.deliver(event)
                 delivered = event.seq
             }
             if page.count < 1000 { return }

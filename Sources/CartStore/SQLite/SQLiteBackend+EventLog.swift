@@ -29,12 +29,8 @@ extension SQLiteBackend {
 
     static func readEvents(after seq: Int64, limit: Int, carts: Set<String>?, _ db: Database) throws -> EventLogRead {
         let latest = try latestSeq(db)
-        guard seq <= latest else {
-            throw CartStoreError(.sinceAhead, "since \(seq) is ahead of the newest event \(latest): this log is not the one you followed")
-        }
-        let oldest = try oldestRetainedSeq(db)
-        guard seq >= oldest - 1 else {
-            return .tooOld(oldestRetainedSeq: oldest, latestSeq: latest)
+        if let refusal = try EventLogRead.refusal(since: seq, latest: latest, oldestRetained: try oldestRetainedSeq(db)) {
+            return refusal
         }
         var request = CartEventRow.filter(CartEventRow.Columns.seq > seq)
         if let carts {

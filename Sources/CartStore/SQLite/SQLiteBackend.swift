@@ -18,6 +18,8 @@ final class SQLiteBackend: CartStoreBackend {
     /// commits again. A probe that rolls back needs no room, so without this `/healthz` would
     /// say yes on a full disk while every write is refused.
     private let lackOfRoom = NIOLockedValueBox<CartStoreError?>(nil)
+    /// Where committed events go (`start`).
+    private let sink = NIOLockedValueBox<EventSink?>(nil)
 
     /// Opens (creating if needed) the database at `path` in WAL mode, migrates it, and checks
     /// that it can be written (see `CartStore.init(path:durability:)` for the errors).
@@ -104,14 +106,18 @@ final class SQLiteBackend: CartStoreBackend {
 
     /// Queues the mutation for the writer; the caller is answered after the batch holding it
     /// has committed and its events were delivered.
-    func commit(_ mutation: CartMutation, for store: CartStore) async throws -> CartCommit {
+    func start(delivering sink: EventSink) {
+        self.sink.withLockedValue { $0 = sink }
+    }
+
+    func commit(_ mutation: CartMutation) async throws -> CartCommit {
         try await withCheckedThrowingContinuation { caller in
             let queued = GroupCommit<SQLiteWork>.Mutation(work: { db in
-                try Self.apply(mutation, for: store, db)
+                try Self.apply(mutation, db)
             }, caller: caller)
             do {
                 if try commits.enqueue(queued) {
-                    writer.asyncWriteWithoutTransaction { db in self.drainCommits(for: store, db) }
+                    writer.asyncWriteWithoutTransaction { db in self.drainCommits(db) }
                 }
             } catch {
                 caller.resume(throwing: error)
@@ -122,7 +128,8 @@ final class SQLiteBackend: CartStoreBackend {
     /// On the writer: commits waiting mutations a batch at a time until none is left. After 16
     /// batches it queues itself again behind the writer's other work (reads of the writer
     /// connection, pruning), so that a steady stream of mutations cannot starve them.
-    private func drainCommits(for store: CartStore, _ db: Database) {
+    private func drainCommits(_ db: Database) {
+        let sink = self.sink.withLockedValue { $0 }
         for _ in 0..<16 {
             guard let batch = commits.nextBatch() else { return }
             let outcomes: [Result<CartCommit, any Error>]
@@ -134,7 +141,7 @@ final class SQLiteBackend: CartStoreBackend {
                 for mutation in batch { mutation.caller.resume(throwing: error) }
                 continue
             }
-            for case .success(let commit) in outcomes { store.deliver(commit.event) }
+            for case .success(let commit) in outcomes { sink?.deliver(commit.event) }
             for (mutation, outcome) in zip(batch, outcomes) {
                 if case .failure(let error) = outcome { noteLackOfRoom(error, db) }
                 mutation.caller.resume(with: outcome)
@@ -144,7 +151,7 @@ final class SQLiteBackend: CartStoreBackend {
             }
         }
         // Still draining (the flag stays set): carry on after whatever else waits.
-        writer.asyncWriteWithoutTransaction { db in self.drainCommits(for: store, db) }
+        writer.asyncWriteWithoutTransaction { db in self.drainCommits(db) }
     }
 
     /// Remembers a write refused for want of room, and gives the log's room back to the disk.
@@ -155,10 +162,8 @@ final class SQLiteBackend: CartStoreBackend {
     }
 
     /// One mutation, inside the batch's transaction: the cart read, the plan, its rows written.
-    private static func apply(_ mutation: CartMutation, for store: CartStore, _ db: Database) throws -> CartCommit {
-        let plan = try mutation.plan(
-            stored: try loadCart(mutation.cartID, db), committedAt: Date().millisecondsSince1970,
-            validate: store.validate)
+    private static func apply(_ mutation: CartMutation, _ db: Database) throws -> CartCommit {
+        let plan = try mutation.plan(stored: try loadCart(mutation.cartID, db), committedAt: Date().millisecondsSince1970)
         let event = plan.event
         // Every statement of a mutation is prepared once per connection and reused: parsing
         // and planning SQL was a sixth of a mutation's CPU.
