@@ -154,7 +154,9 @@ let package = Package(
         ),
         .testTarget(
             name: "CartStoreTests",
-            dependencies: ["CartStore", "FanoutTestSupport", "cartstore-crash-writer", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
+            dependencies: [
+                "CartStore", "FanoutTestSupport", "cartstore-crash-writer", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -31,7 +31,8 @@ extension CartStore {
                 guard total <= CartLimits.quantityRange.upperBound else {
                     throw CartStoreError(
                         .quantityOverflow,
-                        "cart \(cartID) has \(line.quantity) of \(sku); adding \(quantity) would exceed \(CartLimits.quantityRange.upperBound)")
+                        "cart \(cartID) has \(line.quantity) of \(sku); adding \(quantity) would exceed \(CartLimits.quantityRange.upperBound)"
+                    )
                 }
                 let item = CartItem(sku: sku, quantity: total, unitPriceCents: unitPriceCents, name: name)
                 return .itemAdded(item: item, addedQuantity: quantity)

@@ -17,7 +17,8 @@ extension FanoutError {
         case .SQLITE_FULL:
             return CartStoreError(.storageFull, "the disk is full; nothing was written (writes resume once space is freed)")
         case .SQLITE_READONLY, .SQLITE_IOERR, .SQLITE_CANTOPEN, .SQLITE_NOTADB, .SQLITE_CORRUPT, .SQLITE_PERM:
-            return CartStoreError(.storeUnavailable, "the database cannot be written (\(error.message ?? "\(error.resultCode)")); nothing was written")
+            return CartStoreError(
+                .storeUnavailable, "the database cannot be written (\(error.message ?? "\(error.resultCode)")); nothing was written")
         default:
             return error
         }

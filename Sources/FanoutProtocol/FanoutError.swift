@@ -121,8 +121,8 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
     public var isStoreError: Bool {
         switch self {
         case .invalidCartID, .invalidSKU, .invalidQuantity, .invalidPrice, .invalidName, .invalidLimit, .invalidSince,
-             .cartNotFound, .itemNotFound, .quantityOverflow, .tooManyItems, .versionConflict, .sinceAhead, .historyTooOld,
-             .overloaded, .storageFull, .storeUnavailable, .schemaTooNew, .databaseInUse, .notAFanoutDatabase:
+            .cartNotFound, .itemNotFound, .quantityOverflow, .tooManyItems, .versionConflict, .sinceAhead, .historyTooOld,
+            .overloaded, .storageFull, .storeUnavailable, .schemaTooNew, .databaseInUse, .notAFanoutDatabase:
             true
         default:
             false

@@ -22,7 +22,9 @@ public struct SnapshotAssembly: Sendable {
         var whole = pending ?? (carts: [], seq: seq, reason: reason)
         guard whole.seq == seq, whole.reason == reason else {
             pending = nil
-            throw Mismatch(description: "a snapshot part at seq \(seq) (\(reason.rawValue)) continues one at seq \(whole.seq) (\(whole.reason.rawValue))")
+            throw Mismatch(
+                description:
+                    "a snapshot part at seq \(seq) (\(reason.rawValue)) continues one at seq \(whole.seq) (\(whole.reason.rawValue))")
         }
         whole.carts += carts
         if more {

@@ -45,10 +45,12 @@ func buildApplication(
     onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws -> FanoutServerApp {
     let metrics = ServerMetrics()
-    let hub = FanoutHub(store: store, latestSeq: try await store.latestSeq(), settings: .init(
-        leaseTTL: .nanoseconds(Int64(configuration.leaseTTL.seconds * 1e9)),
-        ringCapacity: configuration.ringSize,
-        maxSubscribers: configuration.maxSubscribers), logger: logger)
+    let hub = FanoutHub(
+        store: store, latestSeq: try await store.latestSeq(),
+        settings: .init(
+            leaseTTL: .nanoseconds(Int64(configuration.leaseTTL.seconds * 1e9)),
+            ringCapacity: configuration.ringSize,
+            maxSubscribers: configuration.maxSubscribers), logger: logger)
     store.observers.add(hub)
     let access = AccessPolicy(token: configuration.token, allowedOrigins: configuration.allowedOrigins)
 
@@ -72,8 +74,9 @@ func buildApplication(
     // route asked for neither: 406.
     router.get(RouterPath(SubscribeEndpoint.path)) { _, _ -> Response in throw SubscribeEndpoint.notAcceptable }
     // Last, so it wraps only the not-found answer: 405 and `Allow` for a known path.
-    router.add(middleware: MethodNotAllowedMiddleware(
-        routes: router.routes.map { ($0.path, $0.method) }))
+    router.add(
+        middleware: MethodNotAllowedMiddleware(
+            routes: router.routes.map { ($0.path, $0.method) }))
 
     let subscribe = SubscribeEndpoint(hub: hub, configuration: configuration, hosts: hosts, access: access)
     let application = Application(

@@ -22,9 +22,11 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(help: "Address to bind. The default accepts local connections only.")
     var host: String = "127.0.0.1"
 
-    @Option(name: .customLong("db"), help: ArgumentHelp(
-        "SQLite database file (created if missing), or a PostgreSQL database as postgres://user[:password]@host[:port]/database (or set DATABASE_URL).",
-        valueName: "path-or-url"))
+    @Option(
+        name: .customLong("db"),
+        help: ArgumentHelp(
+            "SQLite database file (created if missing), or a PostgreSQL database as postgres://user[:password]@host[:port]/database (or set DATABASE_URL).",
+            valueName: "path-or-url"))
     var database: String?
 
     @Option(name: .customLong("database-url"), help: "The same as --db with a postgres:// URL.")
@@ -36,9 +38,11 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(help: "Seconds without a client message before a subscriber is dropped.")
     var leaseTtl: Double = 15
 
-    @Option(name: [.customLong("ring-size"), .customLong("outbox-limit")], help: ArgumentHelp(
-        "Live events held for all subscribers (the ring): a subscriber further behind is dropped as too slow and resumes from the log. --outbox-limit is its older name.",
-        valueName: "events"))
+    @Option(
+        name: [.customLong("ring-size"), .customLong("outbox-limit")],
+        help: ArgumentHelp(
+            "Live events held for all subscribers (the ring): a subscriber further behind is dropped as too slow and resumes from the log. --outbox-limit is its older name.",
+            valueName: "events"))
     var ringSize: Int = 1_024
 
     @Option(help: "Most concurrent subscribers (WebSocket and event stream), and most waiting long-polls.")
@@ -50,7 +54,9 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(name: .customLong("allow-origin"), help: "A browser origin allowed to connect, e.g. http://localhost:3000 (repeatable).")
     var allowedOrigins: [String] = []
 
-    @Option(name: .customLong("allow-host"), help: "A Host name to answer to besides localhost and loopback addresses, e.g. carts.internal (repeatable).")
+    @Option(
+        name: .customLong("allow-host"),
+        help: "A Host name to answer to besides localhost and loopback addresses, e.g. carts.internal (repeatable).")
     var allowedHosts: [String] = []
 
     @Option(help: "trace, debug, info, notice, warning, error or critical (or set LOG_LEVEL).")
@@ -74,7 +80,8 @@ struct FanoutServerCommand: AsyncParsableCommand {
         var configuration = ServerConfiguration()
         configuration.host = host
         configuration.port = port
-        configuration.database = databaseURL ?? database
+        configuration.database =
+            databaseURL ?? database
             ?? environment["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? configuration.database
         configuration.heartbeatInterval = .seconds(heartbeatInterval)
         configuration.leaseTTL = .seconds(leaseTtl)

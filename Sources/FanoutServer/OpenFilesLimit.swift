@@ -1,7 +1,8 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Logging
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The process's limit on open files: every connection holds a descriptor.
 enum OpenFilesLimit {

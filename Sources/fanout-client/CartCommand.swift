@@ -87,7 +87,8 @@ struct CartCommand: AsyncParsableCommand {
     }
 
     struct Remove: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Remove an item from a cart.", discussion: "Example: fanout-client cart remove alice apple")
+        static let configuration = CommandConfiguration(
+            abstract: "Remove an item from a cart.", discussion: "Example: fanout-client cart remove alice apple")
         @OptionGroup var connection: Connection
         @Argument(help: "Cart id.") var cartID: String
         @Argument(help: "Item sku.") var sku: String
@@ -99,7 +100,8 @@ struct CartCommand: AsyncParsableCommand {
     }
 
     struct Clear: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Remove every item of a cart.", discussion: "Example: fanout-client cart clear alice")
+        static let configuration = CommandConfiguration(
+            abstract: "Remove every item of a cart.", discussion: "Example: fanout-client cart clear alice")
         @OptionGroup var connection: Connection
         @Argument(help: "Cart id.") var cartID: String
 

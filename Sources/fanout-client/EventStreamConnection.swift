@@ -131,7 +131,8 @@ struct EventStreamParser {
 
     private mutating func take(_ text: String) {
         guard !text.hasPrefix(":") else { return }
-        var field = text[...], value: Substring = ""
+        var field = text[...]
+        var value: Substring = ""
         if let colon = text.firstIndex(of: ":") {
             field = text[..<colon]
             value = text[text.index(after: colon)...]

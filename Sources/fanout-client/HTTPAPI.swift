@@ -1,7 +1,8 @@
 import FanoutProtocol
 import Foundation
+
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// The server's HTTP API, for the cart commands and the subscriber's pre-flight check. Bodies

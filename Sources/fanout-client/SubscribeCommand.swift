@@ -47,7 +47,9 @@ struct SubscribeCommand: AsyncParsableCommand {
     var transport: SubscriberSession.Transport = .websocket
 
     func validate() throws {
-        guard let components = URLComponents(string: url), ["ws", "wss"].contains(components.scheme ?? ""), components.host?.isEmpty == false else {
+        guard let components = URLComponents(string: url), ["ws", "wss"].contains(components.scheme ?? ""),
+            components.host?.isEmpty == false
+        else {
             throw ValidationError("--url must be a ws:// or wss:// URL (got \(url))")
         }
         if transport == .sse, URLComponents(string: url)?.scheme == "wss" {
@@ -178,24 +180,26 @@ final class EventPrinter: Sendable {
 
     /// One part of a snapshot; a snapshot in one part reads as it always did.
     static func text(snapshotPart carts: [Cart], seq: Int64, reason: SnapshotReason, more: Bool, whole: CartSnapshot?) -> String {
-        let head = switch (more, whole) {
-        case (false, let whole?) where whole.carts.count == carts.count:
-            "snapshot at seq \(seq) (\(reason.rawValue)): \(carts.count) carts"
-        case (false, let whole):
-            "snapshot at seq \(seq) (\(reason.rawValue)), last part: \(carts.count) carts, \(whole?.carts.count ?? carts.count) in all"
-        case (true, _):
-            "snapshot at seq \(seq) (\(reason.rawValue)), part: \(carts.count) carts, more follow"
-        }
+        let head =
+            switch (more, whole) {
+            case (false, let whole?) where whole.carts.count == carts.count:
+                "snapshot at seq \(seq) (\(reason.rawValue)): \(carts.count) carts"
+            case (false, let whole):
+                "snapshot at seq \(seq) (\(reason.rawValue)), last part: \(carts.count) carts, \(whole?.carts.count ?? carts.count) in all"
+            case (true, _):
+                "snapshot at seq \(seq) (\(reason.rawValue)), part: \(carts.count) carts, more follow"
+            }
         return head + carts.map { "\n  \($0.id) v\($0.version): \($0.itemCount) items" }.joined()
     }
 
     static func text(_ event: CartEvent) -> String {
-        let what: String = switch event.change {
-        case .itemAdded(let item, let added): "added \(added) × \(item.sku) (now \(item.quantity))"
-        case .quantityChanged(let sku, let quantity): "set \(sku) to \(quantity)"
-        case .itemRemoved(let sku): "removed \(sku)"
-        case .cartCleared: "cleared"
-        }
+        let what: String =
+            switch event.change {
+            case .itemAdded(let item, let added): "added \(added) × \(item.sku) (now \(item.quantity))"
+            case .quantityChanged(let sku, let quantity): "set \(sku) to \(quantity)"
+            case .itemRemoved(let sku): "removed \(sku)"
+            case .cartCleared: "cleared"
+            }
         return "#\(event.seq)  \(event.cartID) v\(event.version)  \(what)"
     }
 }

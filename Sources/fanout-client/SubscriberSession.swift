@@ -39,16 +39,23 @@ struct SubscriberSession: Sendable {
             } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
                 refusedUpgrades += 1
                 if refusedUpgrades >= Self.maxRefusedUpgrades {
-                    throw ClientFailure("the server refused the WebSocket upgrade \(refusedUpgrades) times (origin, token or capacity): giving up")
+                    throw ClientFailure(
+                        "the server refused the WebSocket upgrade \(refusedUpgrades) times (origin, token or capacity): giving up")
                 }
             } catch let failure as ClientFailure {
                 throw failure
             } catch let violation as ProtocolViolation {
-                FileHandle.standardError.write(Data("fanout-client: the server broke the protocol (\(violation)); resuming after seq \(state.last.map(String.init) ?? "none")\n".utf8))
+                FileHandle.standardError.write(
+                    Data(
+                        "fanout-client: the server broke the protocol (\(violation)); resuming after seq \(state.last.map(String.init) ?? "none")\n"
+                            .utf8))
             } catch {
                 // Network errors (the server is down or restarting, the connection broke): say
                 // so, then retry below.
-                FileHandle.standardError.write(Data("fanout-client: connection lost (\(error)); retrying, to resume after seq \(state.last.map(String.init) ?? "none")\n".utf8))
+                FileHandle.standardError.write(
+                    Data(
+                        "fanout-client: connection lost (\(error)); retrying, to resume after seq \(state.last.map(String.init) ?? "none")\n"
+                            .utf8))
             }
             failures = received.count > 0 ? 0 : failures + 1
             try await Task.sleep(for: Self.backoff(failures: failures))
@@ -82,10 +89,13 @@ struct SubscriberSession: Sendable {
     private func streamOnce(received: MessageCounter) async throws {
         guard var components = URLComponents(string: url) else { throw ClientFailure("bad URL \(url)") }
         components.scheme = "http"
-        if let carts { components.queryItems = (components.queryItems ?? []) + [URLQueryItem(name: "carts", value: carts.joined(separator: ","))] }
+        if let carts {
+            components.queryItems = (components.queryItems ?? []) + [URLQueryItem(name: "carts", value: carts.joined(separator: ","))]
+        }
         guard let streamURL = components.url else { throw ClientFailure("bad URL \(url)") }
         try await EventStreamConnection(url: streamURL, token: token, lastEventID: state.last, printer: printer, received: received).run()
-        FileHandle.standardError.write(Data("fanout-client: the server ended the stream; resuming after seq \(state.last.map(String.init) ?? "none")\n".utf8))
+        FileHandle.standardError.write(
+            Data("fanout-client: the server ended the stream; resuming after seq \(state.last.map(String.init) ?? "none")\n".utf8))
     }
 
     private func connectOnce(received: MessageCounter) async throws {
@@ -105,7 +115,8 @@ struct SubscriberSession: Sendable {
                     let decoded = try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(text.utf8))
                     received.increment()
                     if case .welcome(let welcome) = decoded {
-                        try await SubscriberHandshake.answer(welcome, carts: carts, since: state.last, outbound: outbound, heartbeatsIn: &group)
+                        try await SubscriberHandshake.answer(
+                            welcome, carts: carts, since: state.last, outbound: outbound, heartbeatsIn: &group)
                     }
                     try printer.handle(decoded, raw: text)
                 }
@@ -113,7 +124,10 @@ struct SubscriberSession: Sendable {
             }
         }
         if let close, close.closeCode != .normalClosure {
-            FileHandle.standardError.write(Data("fanout-client: disconnected (\(Self.describe(close))); resuming after seq \(state.last.map(String.init) ?? "none")\n".utf8))
+            FileHandle.standardError.write(
+                Data(
+                    "fanout-client: disconnected (\(Self.describe(close))); resuming after seq \(state.last.map(String.init) ?? "none")\n"
+                        .utf8))
         }
     }
 
@@ -122,11 +136,12 @@ struct SubscriberSession: Sendable {
     static let maxMessageSize = 16 << 20
 
     static func describe(_ close: WebSocketCloseFrame) -> String {
-        let code: String = switch close.closeCode {
-        case .goingAway: "1001"
-        case .unknown(let number): "\(number)"
-        default: "\(close.closeCode)"
-        }
+        let code: String =
+            switch close.closeCode {
+            case .goingAway: "1001"
+            case .unknown(let number): "\(number)"
+            default: "\(close.closeCode)"
+            }
         return [code, close.reason].compactMap { $0 }.joined(separator: " ")
     }
 }

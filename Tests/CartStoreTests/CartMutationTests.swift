@@ -1,4 +1,5 @@
 import Testing
+
 @testable import CartStore
 
 @Suite("Cart mutations")
@@ -9,7 +10,9 @@ struct CartMutationTests {
         let first = try await store.addItem(cartID: "c1", sku: "apple", quantity: 2, unitPriceCents: 50, name: "Apple")
         #expect(first.cart.version == 1)
         #expect(first.event.seq == 1)
-        #expect(first.event.change == .itemAdded(item: CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Apple"), addedQuantity: 2))
+        #expect(
+            first.event.change == .itemAdded(item: CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Apple"), addedQuantity: 2)
+        )
 
         try await store.addItem(cartID: "c1", sku: "pear", quantity: 1, unitPriceCents: 80)
         let again = try await store.addItem(cartID: "c1", sku: "apple", quantity: 3, unitPriceCents: 45, name: "Apple")
@@ -79,19 +82,20 @@ struct CartMutationTests {
         #expect(try await store.latestSeq() == 2)
     }
 
-    @Test(arguments: [
-        ("", "a", 1, 0, nil, FanoutErrorCode.invalidCartID),
-        ("bad id", "a", 1, 0, nil, .invalidCartID),
-        (String(repeating: "x", count: 65), "a", 1, 0, nil, .invalidCartID),
-        ("c", "sku/1", 1, 0, nil, .invalidSKU),
-        ("c", "", 1, 0, nil, .invalidSKU),
-        ("c", "a", 0, 0, nil, .invalidQuantity),
-        ("c", "a", 10_001, 0, nil, .invalidQuantity),
-        ("c", "a", -3, 0, nil, .invalidQuantity),
-        ("c", "a", 1, -1, nil, .invalidPrice),
-        ("c", "a", 1, 1_000_000_001, nil, .invalidPrice),
-        ("c", "a", 1, 0, String(repeating: "n", count: 201), .invalidName),
-    ] as [(String, String, Int, Int, String?, FanoutErrorCode)])
+    @Test(
+        arguments: [
+            ("", "a", 1, 0, nil, FanoutErrorCode.invalidCartID),
+            ("bad id", "a", 1, 0, nil, .invalidCartID),
+            (String(repeating: "x", count: 65), "a", 1, 0, nil, .invalidCartID),
+            ("c", "sku/1", 1, 0, nil, .invalidSKU),
+            ("c", "", 1, 0, nil, .invalidSKU),
+            ("c", "a", 0, 0, nil, .invalidQuantity),
+            ("c", "a", 10_001, 0, nil, .invalidQuantity),
+            ("c", "a", -3, 0, nil, .invalidQuantity),
+            ("c", "a", 1, -1, nil, .invalidPrice),
+            ("c", "a", 1, 1_000_000_001, nil, .invalidPrice),
+            ("c", "a", 1, 0, String(repeating: "n", count: 201), .invalidName),
+        ] as [(String, String, Int, Int, String?, FanoutErrorCode)])
     func invalidAddIsRefusedWithItsCodeAndWritesNothing(
         cartID: String, sku: String, quantity: Int, price: Int, name: String?, code: FanoutErrorCode
     ) async throws {
@@ -159,8 +163,12 @@ struct CartMutationTests {
         await #expect { try await store.clearCart(cartID: "ghost") } throws: { CartStoreError.code($0) == .cartNotFound }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
         await #expect { try await store.removeItem(cartID: "c", sku: "b") } throws: { CartStoreError.code($0) == .itemNotFound }
-        await #expect { try await store.setQuantity(cartID: "c", sku: "b", quantity: 2) } throws: { CartStoreError.code($0) == .itemNotFound }
-        await #expect { try await store.setQuantity(cartID: "c", sku: "a", quantity: 10_001) } throws: { CartStoreError.code($0) == .invalidQuantity }
+        await #expect { try await store.setQuantity(cartID: "c", sku: "b", quantity: 2) } throws: {
+            CartStoreError.code($0) == .itemNotFound
+        }
+        await #expect { try await store.setQuantity(cartID: "c", sku: "a", quantity: 10_001) } throws: {
+            CartStoreError.code($0) == .invalidQuantity
+        }
         #expect(try await store.latestSeq() == 1)
     }
 }

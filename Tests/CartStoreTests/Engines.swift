@@ -1,6 +1,7 @@
 import FanoutTestSupport
 import Foundation
 import Testing
+
 @testable import CartStore
 
 /// The engines the store's behaviour tests run on: SQLite always, PostgreSQL when a server can
@@ -12,8 +13,10 @@ enum Engine: String, CaseIterable, Sendable, CustomTestStringConvertible {
 
     static let available: [Engine] = {
         if PostgresServer.isAvailable || runningInCI { return allCases }
-        FileHandle.standardError.write(Data(
-            "note: the store's tests run on SQLite only: apt-get install postgresql (or set FANOUT_POSTGRES_URL) to run them on PostgreSQL too\n".utf8))
+        FileHandle.standardError.write(
+            Data(
+                "note: the store's tests run on SQLite only: apt-get install postgresql (or set FANOUT_POSTGRES_URL) to run them on PostgreSQL too\n"
+                    .utf8))
         return [.sqlite]
     }()
 
@@ -41,11 +44,13 @@ actor SharedPostgres {
     private var databases = 0
 
     func server() async throws -> PostgresServer {
-        let start = starting ?? Task {
-            let server = try await PostgresServer.start()
-            server.stopWhenTheProcessExits()
-            return server
-        }
+        let start =
+            starting
+            ?? Task {
+                let server = try await PostgresServer.start()
+                server.stopWhenTheProcessExits()
+                return server
+            }
         starting = start
         return try await start.value
     }

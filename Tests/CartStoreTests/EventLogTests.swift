@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import CartStore
 
 @Suite("Event log")
@@ -13,8 +14,9 @@ struct EventLogTests {
             do {
                 switch random.next() % 10 {
                 case 0..<5:
-                    try await store.addItem(cartID: cart, sku: sku, quantity: Int(random.next() % 5) + 1,
-                                            unitPriceCents: Int(random.next() % 1000), name: "item \(sku)")
+                    try await store.addItem(
+                        cartID: cart, sku: sku, quantity: Int(random.next() % 5) + 1,
+                        unitPriceCents: Int(random.next() % 1000), name: "item \(sku)")
                 case 5..<7: try await store.setQuantity(cartID: cart, sku: sku, quantity: Int(random.next() % 4))
                 case 7..<9: try await store.removeItem(cartID: cart, sku: sku)
                 default: try await store.clearCart(cartID: cart)
@@ -47,16 +49,19 @@ struct EventLogTests {
             try await store.addItem(cartID: index.isMultiple(of: 2) ? "even" : "odd", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
         }
         guard case .events(let page, let latest) = try await store.events(after: 3, limit: 4) else {
-            Issue.record("expected events"); return
+            Issue.record("expected events")
+            return
         }
         #expect(page.map(\.seq) == [4, 5, 6, 7])
         #expect(latest == 10)
         guard case .events(let evens, _) = try await store.events(after: 0, limit: 100, carts: ["even"]) else {
-            Issue.record("expected events"); return
+            Issue.record("expected events")
+            return
         }
         #expect(evens.map(\.seq) == [2, 4, 6, 8, 10])
         guard case .events(let none, _) = try await store.events(after: 10) else {
-            Issue.record("expected events"); return
+            Issue.record("expected events")
+            return
         }
         #expect(none.isEmpty)
     }
@@ -81,7 +86,8 @@ struct EventLogTests {
         #expect(try await store.oldestRetainedSeq() == 7)
         #expect(try await store.events(after: 5) == .tooOld(oldestRetainedSeq: 7, latestSeq: 10))
         guard case .events(let tail, _) = try await store.events(after: 6) else {
-            Issue.record("seq 6 is the last pruned: the rest is complete"); return
+            Issue.record("seq 6 is the last pruned: the rest is complete")
+            return
         }
         #expect(tail.map(\.seq) == [7, 8, 9, 10])
     }

@@ -1,6 +1,7 @@
-import Foundation
 import FanoutTestSupport
+import Foundation
 import Testing
+
 @testable import CartStore
 
 /// A real full disk under the SQLite store (a small tmpfs): writes are refused with

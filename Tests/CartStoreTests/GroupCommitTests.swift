@@ -1,9 +1,10 @@
 import Dispatch
-import Foundation
 import FanoutTestSupport
+import Foundation
 import GRDB
 import Synchronization
 import Testing
+
 @testable import CartStore
 
 @Suite("Group commit")
@@ -46,11 +47,12 @@ struct GroupCommitTests {
                 for index in 0..<60 {
                     group.addTask {
                         do {
-                            let commit = switch index % 3 {
-                            case 0: try await store.addItem(cartID: "c", sku: "veto\(index)", quantity: 1, unitPriceCents: 1)
-                            case 1: try await store.setQuantity(cartID: "c", sku: "missing\(index)", quantity: 2)
-                            default: try await store.addItem(cartID: "c", sku: "ok\(index)", quantity: 1, unitPriceCents: 1)
-                            }
+                            let commit =
+                                switch index % 3 {
+                                case 0: try await store.addItem(cartID: "c", sku: "veto\(index)", quantity: 1, unitPriceCents: 1)
+                                case 1: try await store.setQuantity(cartID: "c", sku: "missing\(index)", quantity: 2)
+                                default: try await store.addItem(cartID: "c", sku: "ok\(index)", quantity: 1, unitPriceCents: 1)
+                                }
                             return (index, .success(commit))
                         } catch {
                             return (index, .failure(error))
@@ -82,7 +84,10 @@ struct GroupCommitTests {
         }
         // The 20 good ones got seqs 1…20 without gaps, and the log and the observer agree.
         #expect(committed.keys.sorted() == Array(1...20))
-        guard case .events(let logged, _) = try await store.events(after: 0) else { Issue.record("log too old"); return }
+        guard case .events(let logged, _) = try await store.events(after: 0) else {
+            Issue.record("log too old")
+            return
+        }
         #expect(logged.map(\.seq) == Array(1...20))
         #expect(logged.map { committed[$0.seq] } == logged.map(\.change.sku))
         #expect(bystander.seqs == Array(1...20))
@@ -118,8 +123,8 @@ struct GroupCommitTests {
     }
 }
 
-private extension CartChange {
-    var sku: String? {
+extension CartChange {
+    fileprivate var sku: String? {
         switch self {
         case .itemAdded(let item, _): item.sku
         case .quantityChanged(let sku, _), .itemRemoved(let sku): sku

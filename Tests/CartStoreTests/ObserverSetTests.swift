@@ -3,6 +3,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import Synchronization
 import Testing
+
 @testable import CartStore
 
 @Suite("Weak observer set")
@@ -114,7 +115,10 @@ struct ObserverSetTests {
             let set: ObserverSet
             let late: RecordingObserver
             let calls = NIOLockedValueBox(0)
-            init(set: ObserverSet, late: RecordingObserver) { self.set = set; self.late = late }
+            init(set: ObserverSet, late: RecordingObserver) {
+                self.set = set
+                self.late = late
+            }
             func cartStore(_ store: CartStore, didCommit event: CartEvent) {
                 calls.withLockedValue { $0 += 1 }
                 set.remove(self)

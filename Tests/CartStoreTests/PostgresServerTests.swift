@@ -28,13 +28,17 @@ struct PostgresServerTests {
         await server.stop()
     }
 
-    @Suite(.enabled(if: PostgresServer.isInstalled || runningInCI, "apt-get install postgresql enables the tests of the throwaway PostgreSQL server"))
+    @Suite(
+        .enabled(
+            if: PostgresServer.isInstalled || runningInCI, "apt-get install postgresql enables the tests of the throwaway PostgreSQL server"
+        ))
     struct ThrowawayCluster {
         @Test func itListensOnItsURLUntilStoppedAndLeavesNothingBehind() async throws {
             let server = try await PostgresServer.startCluster()
             let directory = try #require(server.directory)
             #expect(server.url == "postgres://fanout@127.0.0.1:\(server.port)/fanout")
-            #expect(try await server.psql("SELECT current_user, current_database(), inet_server_port()") == "fanout|fanout|\(server.port)\n")
+            #expect(
+                try await server.psql("SELECT current_user, current_database(), inet_server_port()") == "fanout|fanout|\(server.port)\n")
             #expect(FileManager.default.fileExists(atPath: directory.appending(path: "data/PG_VERSION").path))
 
             await server.stop()

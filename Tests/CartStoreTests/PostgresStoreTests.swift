@@ -1,6 +1,7 @@
-import Foundation
 import FanoutTestSupport
+import Foundation
 import Testing
+
 @testable import CartStore
 
 /// What only the PostgreSQL engine does: several stores on one database, and delivery that
@@ -13,7 +14,10 @@ struct PostgresStoreTests {
         let url = try await SharedPostgres.shared.newDatabase()
         let first = try await CartStore.open(postgresURL: url)
         let second = try await CartStore.open(postgresURL: url)
-        defer { try? first.close(); try? second.close() }
+        defer {
+            try? first.close()
+            try? second.close()
+        }
         let seenByFirst = RecordingObserver()
         let seenBySecond = RecordingObserver()
         first.observers.add(seenByFirst)
@@ -73,7 +77,10 @@ struct PostgresStoreTests {
         let url = try await SharedPostgres.shared.newDatabase()
         let writer = try await CartStore.open(postgresURL: url)
         let reader = try await CartStore.open(postgresURL: url)
-        defer { try? writer.close(); try? reader.close() }
+        defer {
+            try? writer.close()
+            try? reader.close()
+        }
         let observer = RecordingObserver()
         reader.observers.add(observer)
         let server = try await SharedPostgres.shared.server()
@@ -161,7 +168,8 @@ extension PostgresStoreTests {
             "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON cart_events DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()",
             on: url)
         let write = Task { try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1) }
-        let committing = "FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'fanout' AND query LIKE 'COMMIT%' AND state = 'active'"
+        let committing =
+            "FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'fanout' AND query LIKE 'COMMIT%' AND state = 'active'"
         await eventually("the commit under way") { (try? await server.psql("SELECT count(*) \(committing)", on: url)) == "1\n" }
         _ = try await server.psql("SELECT pg_terminate_backend(pid) \(committing)", on: url)
         await #expect { try await write.value } throws: { error in

@@ -12,31 +12,34 @@ struct ReadmeExampleTests {
         let blocks = readme.components(separatedBy: "```swift\n").dropFirst().map { $0.components(separatedBy: "\n```")[0] }
         #expect(blocks.count == 1, "one Swift block in the README, kept compiled here; another needs its own")
         let source = try String(contentsOf: URL(fileURLWithPath: #filePath), encoding: .utf8)
-        let compiled = source.components(separatedBy: "    // README block begins\n")[1].components(separatedBy: "    // README block ends")[0]
+        let begins = "        // README block begins\n"
+        let ends = "        // README block ends"
+        let compiled = source.components(separatedBy: begins)[1].components(separatedBy: ends)[0]
         let unindented = compiled.split(separator: "\n", omittingEmptySubsequences: false)
             .map { $0.hasPrefix("        ") ? String($0.dropFirst(8)) : String($0) }.joined(separator: "\n")
         #expect(blocks.first == "import CartStore\n\n" + unindented.trimmingCharacters(in: .newlines))
     }
 
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
 
     /// Never called.
     static func example() async throws {
-    // README block begins
-        let store = try CartStore(path: "carts.sqlite")          // WAL, migrated, durability .full
+        // README block begins
+        let store = try CartStore(path: "carts.sqlite")  // WAL, migrated, durability .full
         final class Logger: CartStoreObserver {
             func cartStore(_ store: CartStore, didCommit event: CartEvent) {
                 print(event.seq, event.cartID, event.kind)
             }
         }
         let logger = Logger()
-        store.observers.add(logger)                               // held weakly: release it and it is gone
+        store.observers.add(logger)  // held weakly: release it and it is gone
         let commit = try await store.addItem(cartID: "alice", sku: "apple", quantity: 2, unitPriceCents: 50)
         // commit.event.seq == 1, commit.cart.version == 1; `logger` has already been told.
 
         if case .events(let events, let latestSeq) = try await store.events(after: 0) {  // the log
             print(events.count, "events up to seq", latestSeq)
         }
-    // README block ends
+        // README block ends
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import Testing
+
 @testable import CartStore
 
 /// The database file: who may open it, what is refused, and storage failures.

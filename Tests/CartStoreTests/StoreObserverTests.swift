@@ -1,9 +1,10 @@
 import Dispatch
+import FanoutTestSupport
 import Foundation
 import GRDB
 import NIOConcurrencyHelpers
-import FanoutTestSupport
 import Testing
+
 @testable import CartStore
 
 @Suite("Store observers")
@@ -146,4 +147,3 @@ struct DatabasePoolReader: Sendable {
         (try? queue.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM cart_events WHERE seq = ?", arguments: [seq]) ?? 0 }) ?? -1
     }
 }
-

@@ -1,6 +1,8 @@
-import Foundation
 import FanoutTestSupport
+import Foundation
+import NIOConcurrencyHelpers
 import Testing
+
 @testable import CartStore
 
 /// A fresh directory under the system temp folder, removed by `cleanup()`.
@@ -35,8 +37,6 @@ final class RecordingObserver: CartStoreObserver {
     var received: [CartEvent] { events.withLockedValue { $0 } }
     var seqs: [Int64] { received.map(\.seq) }
 }
-
-import NIOConcurrencyHelpers
 
 /// Reads the whole event log, page by page.
 func wholeLog(_ store: CartStore) async throws -> [CartEvent] {

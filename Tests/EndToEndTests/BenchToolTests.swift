@@ -10,10 +10,12 @@ struct BenchToolTests {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
         let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
-        let bench = try await runToExit("fanout-bench", [
-            "--url", "http://127.0.0.1:\(server.port)", "--subscribers", "3", "--events", "20",
-            "--writers", "2", "--transport", transport, "--server-pid", "\(server.process.processIdentifier)",
-        ], timeout: .seconds(60))
+        let bench = try await runToExit(
+            "fanout-bench",
+            [
+                "--url", "http://127.0.0.1:\(server.port)", "--subscribers", "3", "--events", "20",
+                "--writers", "2", "--transport", transport, "--server-pid", "\(server.process.processIdentifier)",
+            ], timeout: .seconds(60))
         #expect(bench.status == 0, "stderr: \(bench.standardError)")
         let data = Data(bench.standardOutput.utf8)
         let report = try #require((try JSONSerialization.jsonObject(with: data)) as? [String: Any])

@@ -19,14 +19,16 @@ struct CartCommandTests {
         defer { server.signal(SIGTERM) }
         let connection = ["--url", "http://127.0.0.1:\(server.port)", "--token", "t0k"]
 
-        let add = try await Self.client(["cart", "add", "alice", "apple", "--quantity", "2", "--price", "50", "--name", "Green apple"] + connection)
+        let add = try await Self.client(
+            ["cart", "add", "alice", "apple", "--quantity", "2", "--price", "50", "--name", "Green apple"] + connection)
         #expect(add.status == 0, "stderr: \(add.error)")
-        #expect(add.output == """
-            alice  v1  2 items  1.00  (seq 1)
-              2 × apple Green apple @ 0.50 = 1.00
-            event seq 1, delivered to 0 subscribers
+        #expect(
+            add.output == """
+                alice  v1  2 items  1.00  (seq 1)
+                  2 × apple Green apple @ 0.50 = 1.00
+                event seq 1, delivered to 0 subscribers
 
-            """)
+                """)
         let set = try await Self.client(["cart", "set", "alice", "apple", "5"] + connection)
         #expect(set.output.hasPrefix("alice  v2  5 items  2.50  (seq 2)\n"), "\(set.output)")
         let list = try await Self.client(["cart", "list"] + connection)

@@ -1,8 +1,9 @@
 import FanoutTestSupport
 import Foundation
 import NIOConcurrencyHelpers
+
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// A `fanout-client subscribe --format json` process, its output parsed line by line.
@@ -45,7 +46,8 @@ final class SubscribeProcess: Sendable {
             }
             let parsed = complete.compactMap { data -> Line? in
                 guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
-                      let type = object["type"] as? String, let seq = (object["seq"] as? NSNumber)?.int64Value else { return nil }
+                    let type = object["type"] as? String, let seq = (object["seq"] as? NSNumber)?.int64Value
+                else { return nil }
                 return Line(type: type, seq: seq, carts: (object["carts"] as? [Any])?.count ?? 0, more: object["more"] as? Bool ?? false)
             }
             shared.lines.withLockedValue { $0 += parsed }
@@ -95,8 +97,9 @@ enum Mutations {
         request.httpBody = body.map { Data($0.utf8) }
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         guard let (data, response) = try? await URLSession.shared.data(for: request),
-              let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status),
-              let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return nil }
+            let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status),
+            let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        else { return nil }
         return (object["seq"] as? NSNumber)?.int64Value
     }
 

@@ -21,9 +21,11 @@ struct ContractTests {
         let token = "contract-\(UUID().uuidString)"
         // Every operation, `/subscribe` included (schemathesis.toml says what it answers a
         // request that is neither an upgrade nor a stream).
-        try await Schemathesis.check(serverArguments: ["--token", token], schemathesisArguments: [
-            "--header", "Authorization: Bearer \(token)",
-        ])
+        try await Schemathesis.check(
+            serverArguments: ["--token", token],
+            schemathesisArguments: [
+                "--header", "Authorization: Bearer \(token)",
+            ])
     }
 }
 
@@ -61,9 +63,12 @@ enum Schemathesis {
         let output = try FileHandle(forWritingTo: report)
         let process = Process()
         process.executableURL = schemathesis
-        process.arguments = ["--config-file", configuration.path, "run", "\(base)/openapi.json", "--url", base,
-                             "--max-examples", "\(maxExamples)", "--request-timeout", "10",
-                             "--wait-for-schema", "10"] + schemathesisArguments
+        process.arguments =
+            [
+                "--config-file", configuration.path, "run", "\(base)/openapi.json", "--url", base,
+                "--max-examples", "\(maxExamples)", "--request-timeout", "10",
+                "--wait-for-schema", "10",
+            ] + schemathesisArguments
         // Hypothesis keeps its example database in the working directory: a temporary one.
         process.currentDirectoryURL = directory
         var environment = ProcessInfo.processInfo.environment

@@ -3,8 +3,9 @@ import FanoutTestSupport
 import Foundation
 import NIOConcurrencyHelpers
 import Testing
+
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// The real `fanout-server` and `fanout-client` executables, as processes, on loopback.

@@ -55,7 +55,8 @@ final class HeadlessChromium {
             try await Task.sleep(for: .milliseconds(20))
         }
         let log = (try? String(contentsOf: directory.appending(path: "chromium.log"), encoding: .utf8)) ?? ""
-        throw DevToolsError(message: "chromium did not open its DevTools port (running: \(process.isRunning)); its log:\n\(log.suffix(2_000))")
+        throw DevToolsError(
+            message: "chromium did not open its DevTools port (running: \(process.isRunning)); its log:\n\(log.suffix(2_000))")
     }
 
     /// Ends the browser (SIGTERM, then SIGKILL after 5 s), waiting without holding a thread.
@@ -122,7 +123,8 @@ final class DevTools: Sendable {
                         guard case .text(let text) = message else { continue }
                         let data = Data(text.utf8)
                         guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
-                              let id = (object["id"] as? NSNumber)?.intValue else { continue }
+                            let id = (object["id"] as? NSNumber)?.intValue
+                        else { continue }
                         let continuation = shared.waiting.withLockedValue { $0?.removeValue(forKey: id) }
                         continuation?.resume(returning: data)
                     }
@@ -136,7 +138,9 @@ final class DevTools: Sendable {
 
     /// Sends a command (to the browser, or to a page's `session`) and returns its `result`;
     /// throws the command's `error`, or after `timeout`.
-    func send(_ method: String, _ parameters: [String: Any] = [:], session: String? = nil, timeout: Duration = .seconds(30)) async throws -> [String: Any] {
+    func send(_ method: String, _ parameters: [String: Any] = [:], session: String? = nil, timeout: Duration = .seconds(30)) async throws
+        -> [String: Any]
+    {
         let deadline = ContinuousClock.now + .seconds(10)
         var writer = shared.writer.withLockedValue { $0 }
         while writer == nil, ContinuousClock.now < deadline, shared.waiting.withLockedValue({ $0 != nil }) {
@@ -146,7 +150,10 @@ final class DevTools: Sendable {
         guard let writer else {
             throw DevToolsError(message: "no DevTools connection for \(method): \(shared.ended.withLockedValue { $0 } ?? "not open")")
         }
-        let id = shared.nextID.withLockedValue { $0 += 1; return $0 }
+        let id = shared.nextID.withLockedValue {
+            $0 += 1
+            return $0
+        }
         var command: [String: Any] = ["id": id, "method": method, "params": parameters]
         if let session { command["sessionId"] = session }
         let text = String(decoding: try JSONSerialization.data(withJSONObject: command), as: UTF8.self)
@@ -188,7 +195,8 @@ final class DevTools: Sendable {
         let page = BrowserPage(devTools: self, session: session)
         // The tab exists before it has loaded anything: wait until it has loaded `url`.
         let deadline = ContinuousClock.now + .seconds(30)
-        while try await page.evaluate("location.href === \(Self.quoted(url)) && document.readyState === 'complete'", as: Bool.self) == false {
+        while try await page.evaluate("location.href === \(Self.quoted(url)) && document.readyState === 'complete'", as: Bool.self) == false
+        {
             guard ContinuousClock.now < deadline else { throw DevToolsError(message: "\(url) did not load") }
             try await Task.sleep(for: .milliseconds(20))
         }
@@ -213,9 +221,11 @@ struct BrowserPage: Sendable {
 
     /// Evaluates a JavaScript expression in the page and decodes its value, passed as JSON.
     func evaluate<Value: Decodable>(_ expression: String, as type: Value.Type = Value.self) async throws -> Value {
-        let result = try await devTools.send("Runtime.evaluate", [
-            "expression": "JSON.stringify(\(expression))", "returnByValue": true, "awaitPromise": true,
-        ], session: session)
+        let result = try await devTools.send(
+            "Runtime.evaluate",
+            [
+                "expression": "JSON.stringify(\(expression))", "returnByValue": true, "awaitPromise": true,
+            ], session: session)
         if let exception = result["exceptionDetails"] as? [String: Any] {
             let description = (exception["exception"] as? [String: Any])?["description"] ?? exception["text"] ?? exception
             throw DevToolsError(message: "the page threw: \(description)")
@@ -233,9 +243,11 @@ struct BrowserPage: Sendable {
 
     /// `prefers-color-scheme` as the page sees it: "light" or "dark".
     func emulateColorScheme(_ scheme: String) async throws {
-        _ = try await devTools.send("Emulation.setEmulatedMedia", [
-            "features": [["name": "prefers-color-scheme", "value": scheme]],
-        ], session: session)
+        _ = try await devTools.send(
+            "Emulation.setEmulatedMedia",
+            [
+                "features": [["name": "prefers-color-scheme", "value": scheme]]
+            ], session: session)
     }
 
     /// The page as it is drawn, as PNG.

@@ -3,8 +3,9 @@ import Foundation
 import NIOConcurrencyHelpers
 import Synchronization
 import Testing
+
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// Several real `fanout-server` processes on one PostgreSQL database, with real clients.
@@ -34,10 +35,11 @@ struct ManyNodesTests {
         let alive = NIOLockedValueBox(ports)
         let turn = Atomic<Int>(0)
         let burst = Task {
-            await Mutations.burst(port: {
-                let live = alive.withLockedValue { $0 }
-                return live[turn.add(1, ordering: .relaxed).newValue % live.count]
-            }, writers: 6, each: 50, tag: "n")
+            await Mutations.burst(
+                port: {
+                    let live = alive.withLockedValue { $0 }
+                    return live[turn.add(1, ordering: .relaxed).newValue % live.count]
+                }, writers: 6, each: 50, tag: "n")
         }
         await eventually("part of the burst on the first server's clients") { (clients[0].first?.eventSeqs.count ?? 0) >= 40 }
         alive.withLockedValue { _ = $0.removeFirst() }
@@ -97,7 +99,8 @@ struct PostgresOutageTests {
         await eventually("10 events") { client.eventSeqs.count == 10 }
 
         try await postgres.pause()
-        let refused = try await HTTPProbe.status(port: port, "POST", "/carts/down/items", body: #"{"sku":"a","quantity":1,"unitPriceCents":1}"#)
+        let refused = try await HTTPProbe.status(
+            port: port, "POST", "/carts/down/items", body: #"{"sku":"a","quantity":1,"unitPriceCents":1}"#)
         #expect(refused.status == 503)
         #expect(refused.body.contains("store_unavailable"), "\(refused.body)")
         await eventually(timeout: .seconds(20), "/healthz to say 503") {
@@ -141,7 +144,8 @@ struct PostgresFailureTests {
             try await Task.sleep(for: .milliseconds(500))
             if round % 4 == 0 {
                 if let pid = (try? await postgres.psql("SELECT pid \(sessions) LIMIT 1"))
-                    .flatMap({ pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) {
+                    .flatMap({ pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) })
+                {
                     kill(pid, SIGKILL)
                 }
                 await eventually(timeout: .seconds(30), "PostgreSQL back from its recovery") {
@@ -172,7 +176,9 @@ struct PostgresFailureTests {
             try await postgres.resume()
             let restarted = ContinuousClock.now
             let made = writers.outcome.acknowledged.count
-            await eventually(timeout: .seconds(60), "changes going through again (cycle \(cycle))") { writers.outcome.acknowledged.count > made }
+            await eventually(timeout: .seconds(60), "changes going through again (cycle \(cycle))") {
+                writers.outcome.acknowledged.count > made
+            }
             print("cycle \(cycle): changes went through again \(restarted.duration(to: .now)) after the restart")
         }
         try await expectAnsweredAndWritingAgain(writers, port: port)
@@ -287,7 +293,8 @@ enum HTTPProbe {
             let status = (response as? HTTPURLResponse)?.statusCode ?? 0
             let body = String(decoding: data, as: UTF8.self)
             if (200..<300).contains(status),
-               let seq = ((try? JSONSerialization.jsonObject(with: data)) as? [String: Any])?["seq"] as? NSNumber {
+                let seq = ((try? JSONSerialization.jsonObject(with: data)) as? [String: Any])?["seq"] as? NSNumber
+            {
                 return .made(seq: seq.int64Value)
             }
             if status == 503, body.contains("store_unavailable") { return .unavailable }

@@ -1,8 +1,9 @@
 import FanoutTestSupport
 import Foundation
 import Testing
+
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// The live cart page (`GET /`) in a real headless Chromium, against the real `fanout-server`:
@@ -30,7 +31,8 @@ struct PageTests {
         }
         // Carts before the page opens: they come in its snapshot.
         for (cart, sku, quantity, cents, name) in PageTests.seed {
-            _ = try await change("POST", "/carts/\(cart)/items", #"{"sku":"\#(sku)","quantity":\#(quantity),"unitPriceCents":\#(cents),"name":"\#(name)"}"#)
+            _ = try await change(
+                "POST", "/carts/\(cart)/items", #"{"sku":"\#(sku)","quantity":\#(quantity),"unitPriceCents":\#(cents),"name":"\#(name)"}"#)
         }
 
         let browser = try HeadlessChromium(executable: executable)
@@ -57,13 +59,16 @@ struct PageTests {
 
         // Changes through the page: its form, and a line's + button. Each shows deliveredTo (the
         // page's own stream is a subscriber).
-        try await page.run("""
+        try await page.run(
+            """
             const form = document.getElementById('change');
             form.cart.value = 'gina'; form.sku.value = 'grapes'; form.quantity.value = '2'; form.price.value = '3.10';
             form.name.value = 'Grapes <b>red</b>';
             form.requestSubmit(form.querySelector('button[value=add]'))
             """)
-        seen = try await page.waitFor("the form's change and its deliveredTo") { $0.deliveredTo != nil && $0.lines("gina") == [Line("grapes", 2)] }
+        seen = try await page.waitFor("the form's change and its deliveredTo") {
+            $0.deliveredTo != nil && $0.lines("gina") == [Line("grapes", 2)]
+        }
         #expect(seen.deliveredTo == "1", "\(seen.result)")
         #expect(seen.result.contains("delivered to 1 subscriber"), "\(seen.result)")
         #expect(seen.names("gina") == ["Grapes <b>red</b>"], "a name is shown as text, never as markup")
@@ -71,7 +76,8 @@ struct PageTests {
         seen = try await page.waitFor("alice's apple + 1") { $0.lines("alice")?.first == Line("apple", 6) }
         #expect(seen.cart("alice")?.version == 4, "2 adds, a set, the +")
         // A change the server refuses: its error where the result goes, nothing changed.
-        try await page.run("""
+        try await page.run(
+            """
             const form = document.getElementById('change');
             form.cart.value = 'gina'; form.sku.value = 'guava'; form.quantity.value = '3';
             form.requestSubmit(form.querySelector('button[value=set]'))
@@ -109,7 +115,9 @@ struct PageTests {
         #expect(seen.state == "live", "a resume, not a snapshot")
         // Changes through the page still work, and its new stream is the one delivered to.
         try await page.run(#"document.querySelector('[data-cart="henry"] tr[data-sku="honey"] [data-action=inc]').click()"#)
-        seen = try await page.waitFor("henry's honey + 1") { $0.lines("henry") == [Line("honey", 2)] && $0.result.contains("seq \(lastSeq + 1)") }
+        seen = try await page.waitFor("henry's honey + 1") {
+            $0.lines("henry") == [Line("honey", 2)] && $0.result.contains("seq \(lastSeq + 1)")
+        }
         #expect(seen.deliveredTo == "1", "\(seen.result)")
         // What the page shows is what the server has, cart by cart.
         let carts = try await PageTests.carts(port: port, token: token)
@@ -197,7 +205,10 @@ struct PageTests {
         .appending(path: ".build/artifacts")
 
     struct ServerCart: Decodable {
-        struct Item: Decodable { var sku: String; var quantity: Int }
+        struct Item: Decodable {
+            var sku: String
+            var quantity: Int
+        }
         var id: String
         var version: Int64
         var items: [Item]
@@ -218,7 +229,10 @@ struct SeenOnPage: Decodable {
     struct Line: Decodable, Equatable, CustomStringConvertible {
         var sku: String
         var quantity: Int
-        init(_ sku: String, _ quantity: Int) { self.sku = sku; self.quantity = quantity }
+        init(_ sku: String, _ quantity: Int) {
+            self.sku = sku
+            self.quantity = quantity
+        }
         var description: String { "\(sku)×\(quantity)" }
     }
 

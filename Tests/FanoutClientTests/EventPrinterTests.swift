@@ -1,6 +1,7 @@
 import FanoutProtocol
 import Foundation
 import Testing
+
 @testable import fanout_client
 
 /// What `fanout-client subscribe` prints and resumes after, fed server messages directly.
@@ -43,13 +44,15 @@ struct EventPrinterTests {
     }
 
     @Test func textNamesTheParts() {
-        let one = EventPrinter.text(snapshotPart: [Cart(id: "a")], seq: 3, reason: .initial, more: false,
-                                    whole: CartSnapshot(carts: [Cart(id: "a")], seq: 3))
+        let one = EventPrinter.text(
+            snapshotPart: [Cart(id: "a")], seq: 3, reason: .initial, more: false,
+            whole: CartSnapshot(carts: [Cart(id: "a")], seq: 3))
         #expect(one == "snapshot at seq 3 (initial): 1 carts\n  a v0: 0 items")
         let first = EventPrinter.text(snapshotPart: [Cart(id: "a")], seq: 3, reason: .initial, more: true, whole: nil)
         #expect(first.hasPrefix("snapshot at seq 3 (initial), part: 1 carts, more follow"))
-        let last = EventPrinter.text(snapshotPart: [Cart(id: "b")], seq: 3, reason: .initial, more: false,
-                                     whole: CartSnapshot(carts: [Cart(id: "a"), Cart(id: "b")], seq: 3))
+        let last = EventPrinter.text(
+            snapshotPart: [Cart(id: "b")], seq: 3, reason: .initial, more: false,
+            whole: CartSnapshot(carts: [Cart(id: "a"), Cart(id: "b")], seq: 3))
         #expect(last.hasPrefix("snapshot at seq 3 (initial), last part: 1 carts, 2 in all"))
     }
 }

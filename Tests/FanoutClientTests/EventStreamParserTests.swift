@@ -1,10 +1,12 @@
 import NIOCore
 import Testing
+
 @testable import fanout_client
 
 /// The client's reading of a `text/event-stream` body, however the bytes are cut.
 struct EventStreamParserTests {
-    static let stream = "retry: 1000\n\nevent: welcome\ndata: {\"type\":\"welcome\"}\n\n: heartbeat 3\n\nid: 4\r\nevent: event\r\ndata: {\"seq\":4}\r\n\r\ndata:a\ndata: b\n\n"
+    static let stream =
+        "retry: 1000\n\nevent: welcome\ndata: {\"type\":\"welcome\"}\n\n: heartbeat 3\n\nid: 4\r\nevent: event\r\ndata: {\"seq\":4}\r\n\r\ndata:a\ndata: b\n\n"
 
     @Test(arguments: [1, 2, 7, 1_000])
     func eventsComeWholeWhateverTheChunks(chunk: Int) throws {
@@ -14,11 +16,12 @@ struct EventStreamParserTests {
         for start in stride(from: 0, to: bytes.count, by: chunk) {
             events += try parser.feed(ByteBuffer(bytes: bytes[start..<min(start + chunk, bytes.count)]))
         }
-        #expect(events == [
-            .init(id: nil, name: "welcome", data: #"{"type":"welcome"}"#),
-            .init(id: "4", name: "event", data: #"{"seq":4}"#),
-            .init(id: nil, name: "message", data: "a\nb"),
-        ])
+        #expect(
+            events == [
+                .init(id: nil, name: "welcome", data: #"{"type":"welcome"}"#),
+                .init(id: "4", name: "event", data: #"{"seq":4}"#),
+                .init(id: nil, name: "message", data: "a\nb"),
+            ])
     }
 
     @Test func anEndlessLineIsRefused() {

@@ -1,14 +1,16 @@
+import FanoutProtocol
 import Foundation
 import Testing
-import FanoutProtocol
 
 /// A cart reads the same in every answer and in the snapshot: docs/PROTOCOL.md's shape.
 @Suite("Cart encoding")
 struct CartEncodingTests {
-    static let cart = Cart(id: "alice", version: 3, items: [
-        CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Green apple"),
-        CartItem(sku: "pear", quantity: 1, unitPriceCents: 80),
-    ])
+    static let cart = Cart(
+        id: "alice", version: 3,
+        items: [
+            CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Green apple"),
+            CartItem(sku: "pear", quantity: 1, unitPriceCents: 80),
+        ])
 
     static func object(_ value: some Encodable) throws -> [String: Any] {
         try #require(try JSONSerialization.jsonObject(with: FanoutJSON.encoder().encode(value)) as? [String: Any])
@@ -39,7 +41,8 @@ struct CartEncodingTests {
     @Test func decodingRecomputesTheDerivedFieldsAndRefusesContradictions() throws {
         let decoder = FanoutJSON.decoder()
         // Without them (event-log rows written before lines carried them): computed.
-        let bare = try decoder.decode(Cart.self, from: Data(#"{"id":"a","version":1,"items":[{"sku":"s","quantity":2,"unitPriceCents":5}]}"#.utf8))
+        let bare = try decoder.decode(
+            Cart.self, from: Data(#"{"id":"a","version":1,"items":[{"sku":"s","quantity":2,"unitPriceCents":5}]}"#.utf8))
         #expect(bare.totalCents == 10)
         #expect(try decoder.decode(Cart.self, from: try FanoutJSON.encoder().encode(Self.cart)) == Self.cart)
         #expect(throws: DecodingError.self) {

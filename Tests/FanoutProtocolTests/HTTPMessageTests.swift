@@ -1,6 +1,6 @@
+import FanoutProtocol
 import Foundation
 import Testing
-import FanoutProtocol
 
 /// The HTTP bodies and answers that fanout-server encodes and fanout-client decodes.
 @Suite("HTTP messages")
@@ -17,8 +17,9 @@ struct HTTPMessageTests {
 
     @Test func answersRoundTrip() throws {
         let cart = Cart(id: "a", version: 2, items: [CartItem(sku: "s", quantity: 3, unitPriceCents: 7)])
-        let event = CartEvent(seq: 2, cartID: "a", change: .quantityChanged(sku: "s", quantity: 3), version: 2,
-                              committedAt: Date(timeIntervalSince1970: 1_763_700_000))
+        let event = CartEvent(
+            seq: 2, cartID: "a", change: .quantityChanged(sku: "s", quantity: 3), version: 2,
+            committedAt: Date(timeIntervalSince1970: 1_763_700_000))
         try Self.roundTrip(MutationResponse(cart: cart, seq: 2, deliveredTo: 5))
         try Self.roundTrip(CartsResponse(carts: [cart], seq: 2))
         try Self.roundTrip(CartResponse(cart: cart, seq: 2))
@@ -26,7 +27,8 @@ struct HTTPMessageTests {
         try Self.roundTrip(HealthResponse())
         try Self.roundTrip(AddItemRequest(sku: "s", quantity: 1, unitPriceCents: 0, name: "S"))
         try Self.roundTrip(SetQuantityRequest(quantity: 0))
-        #expect(String(decoding: try FanoutJSON.encoder().encode(AddItemRequest(sku: "s", quantity: 1, unitPriceCents: 2)), as: UTF8.self)
+        #expect(
+            String(decoding: try FanoutJSON.encoder().encode(AddItemRequest(sku: "s", quantity: 1, unitPriceCents: 2)), as: UTF8.self)
                 == #"{"quantity":1,"sku":"s","unitPriceCents":2}"#)
     }
 

@@ -1,6 +1,6 @@
+import FanoutProtocol
 import Foundation
 import Testing
-import FanoutProtocol
 
 /// A snapshot of a large store comes in parts: `"more":true` on every part but the last.
 @Suite("Snapshot parts")
@@ -18,7 +18,8 @@ struct SnapshotPartsTests {
         let old = #"{"type":"snapshot","carts":[],"seq":4,"reason":"initial"}"#
         #expect(try decoder.decode(ServerMessage.self, from: Data(old.utf8)) == .snapshot(carts: [], seq: 4, reason: .initial, more: false))
         let part = #"{"type":"snapshot","carts":[],"seq":4,"reason":"since_too_old","more":true}"#
-        #expect(try decoder.decode(ServerMessage.self, from: Data(part.utf8)) == .snapshot(carts: [], seq: 4, reason: .sinceTooOld, more: true))
+        #expect(
+            try decoder.decode(ServerMessage.self, from: Data(part.utf8)) == .snapshot(carts: [], seq: 4, reason: .sinceTooOld, more: true))
     }
 
     @Test func thePartsTogetherAreTheSnapshotOnlyAfterTheLast() throws {

@@ -1,6 +1,6 @@
+import FanoutProtocol
 import Foundation
 import Testing
-import FanoutProtocol
 
 @Suite("Wire messages")
 struct WireMessageTests {
@@ -30,7 +30,9 @@ struct WireMessageTests {
     @Test(arguments: [
         ServerMessage.event(WireMessageTests.event),
         .welcome(.init(subscriberID: "s1", heartbeatInterval: 0.5, leaseTTL: 1.5, latestSeq: 0)),
-        .snapshot(carts: [Cart(id: "alice", version: 2, items: [CartItem(sku: "a", quantity: 1, unitPriceCents: 0)])], seq: 12, reason: .sinceTooOld),
+        .snapshot(
+            carts: [Cart(id: "alice", version: 2, items: [CartItem(sku: "a", quantity: 1, unitPriceCents: 0)])], seq: 12,
+            reason: .sinceTooOld),
         .snapshot(carts: [Cart(id: "bob", version: 1)], seq: 12, reason: .initial, more: true),
         .heartbeat(latestSeq: 99),
         .error(code: "bad_message", message: "expected a JSON object"),
@@ -44,7 +46,8 @@ struct WireMessageTests {
         let decoder = FanoutJSON.decoder()
         #expect(try decoder.decode(ClientMessage.self, from: Data(#"{"type":"heartbeat"}"#.utf8)) == .heartbeat)
         #expect(try decoder.decode(ClientMessage.self, from: Data(#"{"type":"subscribe"}"#.utf8)) == .subscribe(carts: nil, since: nil))
-        #expect(try decoder.decode(ClientMessage.self, from: Data(#"{"type":"subscribe","carts":["a"],"since":4}"#.utf8))
+        #expect(
+            try decoder.decode(ClientMessage.self, from: Data(#"{"type":"subscribe","carts":["a"],"since":4}"#.utf8))
                 == .subscribe(carts: ["a"], since: 4))
         #expect(throws: DecodingError.self) {
             try decoder.decode(ClientMessage.self, from: Data(#"{"type":"dance"}"#.utf8))
@@ -62,8 +65,14 @@ struct WireMessageTests {
 @Suite("Event JSON")
 struct EventJSONTests {
     static let events: [CartEvent] = [
-        CartEvent(seq: 1, cartID: "alice", change: .itemAdded(item: CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Green / \"Granny\" \\ é 🍏\n\t\u{1}"), addedQuantity: 2), version: 1, committedAt: Date(timeIntervalSince1970: 1_763_879_560.123)),
-        CartEvent(seq: 9_007_199_254_740_993, cartID: "b.c_d-1", change: .quantityChanged(sku: "x", quantity: 7), version: 42, committedAt: Date(timeIntervalSince1970: 0)),
+        CartEvent(
+            seq: 1, cartID: "alice",
+            change: .itemAdded(
+                item: CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Green / \"Granny\" \\ é 🍏\n\t\u{1}"), addedQuantity: 2),
+            version: 1, committedAt: Date(timeIntervalSince1970: 1_763_879_560.123)),
+        CartEvent(
+            seq: 9_007_199_254_740_993, cartID: "b.c_d-1", change: .quantityChanged(sku: "x", quantity: 7), version: 42,
+            committedAt: Date(timeIntervalSince1970: 0)),
         CartEvent(seq: 3, cartID: "c", change: .itemRemoved(sku: "x"), version: 3, committedAt: Date(timeIntervalSince1970: 1_700_000_000)),
         CartEvent(seq: 4, cartID: "c", change: .cartCleared, version: 4, committedAt: Date(timeIntervalSince1970: 1_700_000_000.5)),
     ]
@@ -73,13 +82,17 @@ struct EventJSONTests {
         let encoded = try FanoutJSON.encoder().encode(ServerMessage.event(event))
         #expect(EventJSON.message(event) == Array(encoded))
         // And around a change encoded beforehand, as the store hands it over.
-        let stored = CartEvent(seq: event.seq, cartID: event.cartID, change: event.change, encodedChange: EventJSON.change(event.change), version: event.version, committedAt: event.committedAt)
+        let stored = CartEvent(
+            seq: event.seq, cartID: event.cartID, change: event.change, encodedChange: EventJSON.change(event.change),
+            version: event.version, committedAt: event.committedAt)
         #expect(EventJSON.message(stored) == Array(encoded))
         #expect(stored == event, "the encoded change is not part of the event's value")
     }
 
     @Test func changingTheChangeForgetsItsEncoding() throws {
-        var event = CartEvent(seq: 1, cartID: "c", change: .cartCleared, encodedChange: #"{"kind":"cartCleared"}"#, version: 1, committedAt: Date(timeIntervalSince1970: 0))
+        var event = CartEvent(
+            seq: 1, cartID: "c", change: .cartCleared, encodedChange: #"{"kind":"cartCleared"}"#, version: 1,
+            committedAt: Date(timeIntervalSince1970: 0))
         event.change = .itemRemoved(sku: "x")
         #expect(EventJSON.message(event) == Array(try FanoutJSON.encoder().encode(ServerMessage.event(event))))
     }
@@ -92,13 +105,17 @@ struct JSONBytesTests {
 
     static let carts: [Cart] = [
         Cart(id: "empty", version: 0, items: []),
-        Cart(id: "alice", version: 3, items: [
-            CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Green / \"Granny\""),
-            CartItem(sku: "pear", quantity: 10_000, unitPriceCents: 1_000_000_000),
-        ]),
-        Cart(id: "b.c_d-1", version: 9_007_199_254_740_993, items: [
-            CartItem(sku: awkward, quantity: 1, unitPriceCents: 0, name: awkward),
-        ]),
+        Cart(
+            id: "alice", version: 3,
+            items: [
+                CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Green / \"Granny\""),
+                CartItem(sku: "pear", quantity: 10_000, unitPriceCents: 1_000_000_000),
+            ]),
+        Cart(
+            id: "b.c_d-1", version: 9_007_199_254_740_993,
+            items: [
+                CartItem(sku: awkward, quantity: 1, unitPriceCents: 0, name: awkward)
+            ]),
     ]
 
     @Test(arguments: carts)

@@ -4,6 +4,7 @@ import Hummingbird
 import HummingbirdTesting
 import NIOCore
 import Testing
+
 @testable import FanoutServer
 
 /// Inputs that broke the documented contract, kept as tests.

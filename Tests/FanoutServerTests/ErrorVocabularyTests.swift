@@ -14,7 +14,8 @@ struct ErrorVocabularyTests {
         let error = ((schemas?["Error"] as? [String: Any])?["properties"] as? [String: Any])?["error"] as? [String: Any]
         let code = (error?["properties"] as? [String: Any])?["code"] as? [String: Any]
         let listed = try #require(code?["enum"] as? [String], "Error.error.code has an enum")
-        #expect(Set(listed) == Self.all, "in the document only: \(Set(listed).subtracting(Self.all)); missing: \(Self.all.subtracting(listed))")
+        #expect(
+            Set(listed) == Self.all, "in the document only: \(Set(listed).subtracting(Self.all)); missing: \(Self.all.subtracting(listed))")
         #expect(listed.count == Set(listed).count, "a code listed twice")
     }
 
@@ -34,7 +35,10 @@ struct ErrorVocabularyTests {
                     continue
                 }
                 tabled.insert(name)
-                #expect(code.httpStatus.map(statuses.contains) == true, "`\(name)` is under \(statuses.sorted()) in PROTOCOL.md, sent as \(code.httpStatus.map(String.init) ?? "no HTTP status")")
+                #expect(
+                    code.httpStatus.map(statuses.contains) == true,
+                    "`\(name)` is under \(statuses.sorted()) in PROTOCOL.md, sent as \(code.httpStatus.map(String.init) ?? "no HTTP status")"
+                )
             }
         }
         // Every code with an HTTP status is in the table (the store's start-up ones aside).

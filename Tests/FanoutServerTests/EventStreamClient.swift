@@ -87,9 +87,10 @@ final class EventStreamClient: Sendable {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(parser) }
             }
-        let bootstrapWithBuffer = receiveBuffer.map { size in
-            bootstrap.channelOption(ChannelOptions.socketOption(.so_rcvbuf), value: SocketOptionValue(size))
-        } ?? bootstrap
+        let bootstrapWithBuffer =
+            receiveBuffer.map { size in
+                bootstrap.channelOption(ChannelOptions.socketOption(.so_rcvbuf), value: SocketOptionValue(size))
+            } ?? bootstrap
         channel = try await bootstrapWithBuffer.connect(host: "127.0.0.1", port: port).get()
         var request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nAccept: text/event-stream\r\n"
         for (name, value) in headers { request += "\(name): \(value)\r\n" }

@@ -2,6 +2,7 @@ import CartStore
 import FanoutTestSupport
 import Foundation
 import Testing
+
 @testable import FanoutServer
 
 /// `/subscribe` as a Server-Sent Events stream, against the real server: what an `EventSource`
@@ -54,7 +55,10 @@ struct EventStreamTests {
             await eventually("every event after 30") { all.cartEvents.count >= 270 }
             #expect(all.cartEvents.compactMap(\.id) == Array(31...300))
             let w1 = try await store.events(after: 30, limit: 1_000, carts: ["w1"])
-            guard case .events(let expected, _) = w1 else { Issue.record("the log was pruned"); return }
+            guard case .events(let expected, _) = w1 else {
+                Issue.record("the log was pruned")
+                return
+            }
             await eventually("every w1 event after 30") { onlyW1.cartEvents.count >= expected.count }
             #expect(onlyW1.cartEvents.compactMap(\.id) == expected.map(\.seq))
             await all.close()
@@ -125,7 +129,12 @@ struct EventStreamTests {
     /// writes, so only the lease can end it).
     @Test func aStalledStreamWithLittleTrafficEndsAtItsLease() async throws {
         let store = try CartStore.inMemory()
-        try await withServer({ $0.leaseTTL = .seconds(1); $0.ringSize = 100_000 }, store: store) { port, server in
+        try await withServer(
+            {
+                $0.leaseTTL = .seconds(1)
+                $0.ringSize = 100_000
+            }, store: store
+        ) { port, server in
             let stalled = try await EventStreamClient(port: port, receiveBuffer: 2_048)
             await eventually("the snapshot") { !stalled.snapshots.isEmpty }
             try await stalled.stopReading()
@@ -157,15 +166,20 @@ struct EventStreamTests {
     }
 
     @Test func theTokenAndTheOriginAreCheckedAndAllowedOriginsGetCORS() async throws {
-        try await withServer({ $0.token = "s3cret"; $0.allowedOrigins = ["http://localhost:3000"] }) { port, _ in
+        try await withServer({
+            $0.token = "s3cret"
+            $0.allowedOrigins = ["http://localhost:3000"]
+        }) { port, _ in
             let missing = try await EventStreamClient(port: port)
             await eventually("the refusal") { missing.isClosed }
             #expect(missing.status == 401)
-            let foreign = try await EventStreamClient(port: port, path: "/subscribe?token=s3cret", headers: [("Origin", "http://evil.example")])
+            let foreign = try await EventStreamClient(
+                port: port, path: "/subscribe?token=s3cret", headers: [("Origin", "http://evil.example")])
             await eventually("the refusal") { foreign.isClosed }
             #expect(foreign.status == 403)
             // EventSource cannot set headers: the token comes in the query.
-            let page = try await EventStreamClient(port: port, path: "/subscribe?token=s3cret", headers: [("Origin", "http://localhost:3000")])
+            let page = try await EventStreamClient(
+                port: port, path: "/subscribe?token=s3cret", headers: [("Origin", "http://localhost:3000")])
             await eventually("the welcome") { !page.events.isEmpty }
             #expect(page.status == 200)
             #expect(page.head?.contains("Access-Control-Allow-Origin: http://localhost:3000") == true)
@@ -175,7 +189,8 @@ struct EventStreamTests {
 
     @Test func aPlainGETOfSubscribeSaysHowToSubscribe() async throws {
         try await withServer { port, _ in
-            let answer = try await RawHTTP.exchange(port: port, Array("GET /subscribe HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8))
+            let answer = try await RawHTTP.exchange(
+                port: port, Array("GET /subscribe HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8))
             #expect(answer.status == 406)
             #expect(answer.text.contains(#""code":"not_acceptable""#))
         }
@@ -200,7 +215,8 @@ struct EventStreamTests {
 @Suite("Long-poll", .timeLimit(.minutes(2)))
 struct LongPollTests {
     static func poll(_ port: Int, _ query: String) async throws -> (status: Int?, body: [String: Any]) {
-        let answer = try await RawHTTP.exchange(port: port, Array("GET /events?\(query) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8), timeout: 70)
+        let answer = try await RawHTTP.exchange(
+            port: port, Array("GET /events?\(query) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8), timeout: 70)
         let body = answer.text.components(separatedBy: "\r\n\r\n").dropFirst().joined()
         return (answer.status, (try? JSONSerialization.jsonObject(with: Data(body.utf8))) as? [String: Any] ?? [:])
     }

@@ -5,6 +5,7 @@ import Hummingbird
 import HummingbirdTesting
 import Logging
 import Testing
+
 @testable import CartStore
 @testable import FanoutServer
 
@@ -32,8 +33,10 @@ struct HTTPAPITests {
 
     @Test func changeACartAndReadItBack() async throws {
         try await Self.app().application.test(.router) { client in
-            try await client.execute(uri: "/carts/alice/items", method: .post,
-                                     body: Self.body(#"{"sku":"apple","quantity":2,"unitPriceCents":50,"name":"Apple"}"#)) { response in
+            try await client.execute(
+                uri: "/carts/alice/items", method: .post,
+                body: Self.body(#"{"sku":"apple","quantity":2,"unitPriceCents":50,"name":"Apple"}"#)
+            ) { response in
                 #expect(response.status == .ok)
                 let object = Self.json(response.body)
                 #expect(object["seq"] as? Int == 1)
@@ -44,12 +47,17 @@ struct HTTPAPITests {
                 #expect(response.headers[.eTag] == "\"1\"")
                 // What fanout-client decodes: FanoutProtocol's answer, with the Cart of the snapshot.
                 let answer = try FanoutJSON.decoder().decode(MutationResponse.self, from: Data(buffer: response.body))
-                #expect(answer == MutationResponse(
-                    cart: Cart(id: "alice", version: 1, items: [CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Apple")]),
-                    seq: 1, deliveredTo: 0))
+                #expect(
+                    answer
+                        == MutationResponse(
+                            cart: Cart(
+                                id: "alice", version: 1, items: [CartItem(sku: "apple", quantity: 2, unitPriceCents: 50, name: "Apple")]),
+                            seq: 1, deliveredTo: 0))
             }
-            try await client.execute(uri: "/carts/alice/items/apple", method: .patch, headers: [.ifMatch: "\"1\""],
-                                     body: Self.body(#"{"quantity":5}"#)) { response in
+            try await client.execute(
+                uri: "/carts/alice/items/apple", method: .patch, headers: [.ifMatch: "\"1\""],
+                body: Self.body(#"{"quantity":5}"#)
+            ) { response in
                 #expect(response.status == .ok)
                 #expect(Self.json(response.body)["seq"] as? Int == 2)
             }
@@ -82,7 +90,10 @@ struct HTTPAPITests {
     }
 
     @Test(arguments: [
-        ("/carts/alice/items", HTTPRequest.Method.post, #"{"sku":"apple","quantity":2"#, HTTPResponse.Status.badRequest, "malformed_request"),
+        (
+            "/carts/alice/items", HTTPRequest.Method.post, #"{"sku":"apple","quantity":2"#, HTTPResponse.Status.badRequest,
+            "malformed_request"
+        ),
         ("/carts/alice/items", .post, #"{"sku":"apple","quantity":"two","unitPriceCents":1}"#, .badRequest, "malformed_request"),
         ("/carts/alice/items", .post, #"{"sku":"apple"}"#, .badRequest, "malformed_request"),
         ("/carts/alice/items", .post, #"{"sku":"apple","quantity":0,"unitPriceCents":1}"#, .unprocessableContent, "invalid_quantity"),
@@ -97,7 +108,9 @@ struct HTTPAPITests {
         ("/events?since=99", .get, "", .conflict, "since_ahead"),
         ("/events?limit=0", .get, "", .unprocessableContent, "invalid_limit"),
     ])
-    func badInputGetsItsStatusAndCode(uri: String, method: HTTPRequest.Method, body: String, status: HTTPResponse.Status, code: String) async throws {
+    func badInputGetsItsStatusAndCode(uri: String, method: HTTPRequest.Method, body: String, status: HTTPResponse.Status, code: String)
+        async throws
+    {
         try await Self.app().application.test(.router) { client in
             try await client.execute(uri: uri, method: method, body: Self.body(body)) { response in
                 #expect(response.status == status)
@@ -111,7 +124,8 @@ struct HTTPAPITests {
         try await Self.app().application.test(.router) { client in
             let add = Self.body(#"{"sku":"a","quantity":9999,"unitPriceCents":1}"#)
             try await client.execute(uri: "/carts/c/items", method: .post, body: add) { #expect($0.status == .ok) }
-            try await client.execute(uri: "/carts/c/items", method: .post, body: Self.body(#"{"sku":"a","quantity":2,"unitPriceCents":1}"#)) { response in
+            try await client.execute(uri: "/carts/c/items", method: .post, body: Self.body(#"{"sku":"a","quantity":2,"unitPriceCents":1}"#))
+            { response in
                 #expect(response.status == .conflict)
                 #expect(Self.errorCode(response.body) == "quantity_overflow")
             }
@@ -157,11 +171,13 @@ struct HTTPAPITests {
                 #expect(response.status == .unauthorized)
                 #expect(Self.errorCode(response.body) == "unauthorized")
             }
-            try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer wrong"], body: add) { response in
+            try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer wrong"], body: add) {
+                response in
                 #expect(response.status == .forbidden)
                 #expect(Self.errorCode(response.body) == "bad_token")
             }
-            try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer s3cret"], body: add) { response in
+            try await client.execute(uri: "/carts/c/items", method: .post, headers: [.authorization: "Bearer s3cret"], body: add) {
+                response in
                 #expect(response.status == .ok)
             }
         }
@@ -213,8 +229,14 @@ struct HTTPAPITests {
     }
 
     @Test func allowedOriginsGetCORSHeadersAndTheirPreflightsAnswered() async throws {
-        try await Self.app { $0.allowedOrigins = ["http://localhost:3000"]; $0.token = "s3cret" }.application.test(.router) { client in
-            let app: HTTPFields = [.origin: "http://localhost:3000", .accessControlRequestMethod: "POST", .accessControlRequestHeaders: "content-type, authorization"]
+        try await Self.app {
+            $0.allowedOrigins = ["http://localhost:3000"]
+            $0.token = "s3cret"
+        }.application.test(.router) { client in
+            let app: HTTPFields = [
+                .origin: "http://localhost:3000", .accessControlRequestMethod: "POST",
+                .accessControlRequestHeaders: "content-type, authorization",
+            ]
             try await client.execute(uri: "/carts/c/items", method: .options, headers: app) { response in
                 #expect(response.status == .noContent)
                 #expect(response.headers[.accessControlAllowOrigin] == "http://localhost:3000")

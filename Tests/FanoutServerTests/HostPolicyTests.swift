@@ -1,7 +1,8 @@
-import Foundation
 import FanoutTestSupport
+import Foundation
 import Hummingbird
 import Testing
+
 @testable import FanoutServer
 
 @Suite("Host names (DNS rebinding)", .timeLimit(.minutes(2)))
@@ -9,7 +10,8 @@ struct HostPolicyTests {
     static func get(_ path: String, host: String, port: Int, upgrade: Bool = false) async throws -> RawHTTP.Answer {
         var request = "GET \(path) HTTP/1.1\r\nHost: \(host)\r\nConnection: close\r\n"
         if upgrade {
-            request += "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            request +=
+                "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
         }
         return try await RawHTTP.exchange(port: port, Array((request + "\r\n").utf8))
     }

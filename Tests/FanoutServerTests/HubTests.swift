@@ -7,6 +7,7 @@ import NIOCore
 import NIOEmbedded
 import NIOPosix
 import Testing
+
 @testable import FanoutServer
 
 /// A transport that records what the hub writes, for tests. It lives on its subscriber's loop;
@@ -56,7 +57,10 @@ struct HubHarness {
     let hub: FanoutHub
     let loop: any EventLoop
 
-    init(_ settings: FanoutHub.Settings = .init(), loop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(), store: CartStore? = nil) throws {
+    init(
+        _ settings: FanoutHub.Settings = .init(), loop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
+        store: CartStore? = nil
+    ) throws {
         self.store = try store ?? CartStore.inMemory()
         var logger = Logger(label: "hub-test")
         logger.logLevel = .critical
@@ -166,13 +170,15 @@ struct HubTests {
         let parts = try frames.map { frame in
             let payload = try #require(WireFrameTests.decode(frame)).payload
             let object = try #require(try JSONSerialization.jsonObject(with: Data(payload.readableBytesView)) as? [String: Any])
-            return PartSummary(carts: (object["carts"] as? [Any])?.count ?? -1, seq: object["seq"] as? Int ?? -1, more: object["more"] as? Bool ?? false)
+            return PartSummary(
+                carts: (object["carts"] as? [Any])?.count ?? -1, seq: object["seq"] as? Int ?? -1, more: object["more"] as? Bool ?? false)
         }
-        #expect(parts == [
-            PartSummary(carts: SnapshotParts.maxCarts, seq: cartCount, more: true),
-            PartSummary(carts: SnapshotParts.maxCarts, seq: cartCount, more: true),
-            PartSummary(carts: 3, seq: cartCount, more: false),
-        ])
+        #expect(
+            parts == [
+                PartSummary(carts: SnapshotParts.maxCarts, seq: cartCount, more: true),
+                PartSummary(carts: SnapshotParts.maxCarts, seq: cartCount, more: true),
+                PartSummary(carts: 3, seq: cartCount, more: false),
+            ])
     }
 
     struct PartSummary: Equatable, Sendable {

@@ -1,9 +1,11 @@
-import Foundation
 import FanoutTestSupport
+import Foundation
 import Testing
+
 @testable import FanoutServer
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A client on a bare socket that sends whatever bytes it is given, as a broken or hostile
@@ -67,17 +69,29 @@ struct MalformedRequestTests {
 
     static let cases: [Case] = [
         Case("unknown method", "FOO / HTTP/1.1\r\nHost: localhost\r\n\r\n", 405, "method_not_allowed"),
-        Case("Content-Length not a number", "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n", 400, "malformed_request"),
-        Case("conflicting Content-Length", "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", 400, "malformed_request"),
-        Case("huge header", "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: \(String(repeating: "a", count: 100_000))\r\n\r\n", 431, "headers_too_large"),
+        Case(
+            "Content-Length not a number", "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n", 400,
+            "malformed_request"),
+        Case(
+            "conflicting Content-Length",
+            "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", 400,
+            "malformed_request"),
+        Case(
+            "huge header", "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: \(String(repeating: "a", count: 100_000))\r\n\r\n", 431,
+            "headers_too_large"),
         Case("long URL", "GET /\(String(repeating: "a", count: 10_000)) HTTP/1.1\r\nHost: localhost\r\n\r\n", 414, "uri_too_long"),
         // Past NIO's 80 KiB head limit, still 414; bare LF is a malformed request, not a version.
-        Case("URL past the head's limit", "GET /\(String(repeating: "a", count: 130_000)) HTTP/1.1\r\nHost: localhost\r\n\r\n", 414, "uri_too_long"),
+        Case(
+            "URL past the head's limit", "GET /\(String(repeating: "a", count: 130_000)) HTTP/1.1\r\nHost: localhost\r\n\r\n", 414,
+            "uri_too_long"),
         Case("bare-LF line endings", "GET /healthz HTTP/1.1\nHost: localhost\n\n", 400, "malformed_request"),
         Case("NUL in the path", "GET /heal\u{0}thz HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, "malformed_request"),
         Case("HTTP/0.9 request line", "GET /healthz\r\n\r\n", 505, "http_version_not_supported"),
         Case("HTTP/2.0 request line", "GET /healthz HTTP/2.0\r\nHost: localhost\r\n\r\n", 505, "http_version_not_supported"),
-        Case("malformed chunk size", "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400, "malformed_request"),
+        Case(
+            "malformed chunk size",
+            "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+            400, "malformed_request"),
     ]
 
     @Test(arguments: cases)
@@ -102,7 +116,8 @@ struct MalformedRequestTests {
     @Test func aTooLargeBodySentWholeUnderConnectionCloseStillGetsIts413() async throws {
         try await withServer { port, _ in
             let size = 8 * 1024 * 1024
-            let head = "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(size)\r\n\r\n"
+            let head =
+                "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(size)\r\n\r\n"
             let answer = try await RawHTTP.exchange(port: port, Array(head.utf8), body: Array(repeating: UInt8(ascii: " "), count: size))
             #expect(answer.status == 413, "\(answer.text.prefix(200))")
             #expect(answer.text.contains(#""code":"body_too_large""#))
@@ -131,18 +146,23 @@ struct MalformedRequestTests {
             #expect(answer.closed)
             // A whole body in time is not affected, on the same server.
             let whole = #"{"sku":"x","quantity":1,"unitPriceCents":1}"#
-            let request = "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(whole.utf8.count)\r\n\r\n\(whole)"
+            let request =
+                "POST /carts/a/items HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(whole.utf8.count)\r\n\r\n\(whole)"
             #expect(try await RawHTTP.exchange(port: port, Array(request.utf8)).status == 200)
         }
     }
 
     @Test func idleConnectionsAtTheLimitAreClosedInTimeAndTheNextClientIsServed() async throws {
-        try await withServer({ $0.maxConnections = 8; $0.firstRequestTimeout = .milliseconds(500) }) { port, _ in
+        try await withServer({
+            $0.maxConnections = 8
+            $0.firstRequestTimeout = .milliseconds(500)
+        }) { port, _ in
             // Connections that never send a request hold every slot (and more wait behind them).
             let idle = try (0..<16).map { _ in try connectedSocket(port: port) }
             defer { for socket in idle { close(socket) } }
             // The next client waits in the backlog until the idle ones time out, then is served.
-            let answer = try await RawHTTP.exchange(port: port, Array("GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8))
+            let answer = try await RawHTTP.exchange(
+                port: port, Array("GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8))
             #expect(answer.status == 200, "\(answer.text.prefix(200))")
         }
     }
@@ -151,7 +171,8 @@ struct MalformedRequestTests {
 @Suite("HTTP methods", .timeLimit(.minutes(1)))
 struct HTTPMethodTests {
     static func ask(_ method: String, _ path: String, port: Int) async throws -> RawHTTP.Answer {
-        try await RawHTTP.exchange(port: port, Array("\(method) \(path) HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8))
+        try await RawHTTP.exchange(
+            port: port, Array("\(method) \(path) HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8))
     }
 
     @Test func headIsAnsweredWhereGetIsWithTheHeadersAndNoBody() async throws {

@@ -2,6 +2,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import Testing
+
 @testable import FanoutServer
 
 @Suite("405 Method Not Allowed")

@@ -1,12 +1,13 @@
 import CartStore
+import FanoutTestSupport
 import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOCore
-import FanoutTestSupport
 import Testing
+
 @testable import FanoutServer
 
 /// `GET /metrics` as an operator's Prometheus sees it: each figure moves when what it counts
@@ -49,8 +50,10 @@ struct MetricsTests {
 
     @Test func storeErrorsAreCountedByTheirCode() async throws {
         try await Self.app().application.test(.router) { client in
-            try await client.execute(uri: "/carts/alice/items", method: .post,
-                                     body: ByteBuffer(string: #"{"sku":"a b","quantity":1,"unitPriceCents":1}"#)) { #expect($0.status == .unprocessableContent) }
+            try await client.execute(
+                uri: "/carts/alice/items", method: .post,
+                body: ByteBuffer(string: #"{"sku":"a b","quantity":1,"unitPriceCents":1}"#)
+            ) { #expect($0.status == .unprocessableContent) }
             try await client.execute(uri: "/carts/ghost", method: .delete) { #expect($0.status == .notFound) }
             try await client.execute(uri: "/carts/ghost", method: .delete) { #expect($0.status == .notFound) }
             #expect(try await Self.sample("fanout_store_errors_total", ["code": "invalid_sku"], in: client) == 1)
@@ -73,7 +76,9 @@ struct MetricsTests {
                 try await Self.sample("fanout_subscribers", websocket.merging(["state": state]) { $1 }, in: client)
             }
             #expect(try await subscribers("live") == 0)
-            #expect(try await Self.sample("fanout_subscriber_ends_total", websocket.merging(["reason": "leaseExpired"]) { $1 }, in: client) == 0)
+            #expect(
+                try await Self.sample("fanout_subscriber_ends_total", websocket.merging(["reason": "leaseExpired"]) { $1 }, in: client) == 0
+            )
 
             let silent = TestSubscriber(port: port)
             await eventually("connected") { (try? await subscribers("connected")) == 1 }
@@ -88,10 +93,12 @@ struct MetricsTests {
             silent.stopHeartbeats()
             _ = try await silent.closeFrame()
             await eventually("the expiry counted") {
-                (try? await Self.sample("fanout_subscriber_ends_total", websocket.merging(["reason": "leaseExpired"]) { $1 }, in: client)) == 1
+                (try? await Self.sample("fanout_subscriber_ends_total", websocket.merging(["reason": "leaseExpired"]) { $1 }, in: client))
+                    == 1
             }
             #expect(try await subscribers("live") == 0)
-            #expect(try await Self.sample("fanout_subscriber_ends_total", websocket.merging(["reason": "peerClosed"]) { $1 }, in: client) == 0)
+            #expect(
+                try await Self.sample("fanout_subscriber_ends_total", websocket.merging(["reason": "peerClosed"]) { $1 }, in: client) == 0)
         }
     }
 
@@ -132,7 +139,9 @@ struct Exposition {
 
     init(_ text: String) {
         samples = text.split(separator: "\n").compactMap { line -> Sample? in
-            guard !line.hasPrefix("#"), let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { return nil }
+            guard !line.hasPrefix("#"), let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else {
+                return nil
+            }
             let series = line[..<space]
             guard let brace = series.firstIndex(of: "{") else {
                 return Sample(name: String(series), labels: [:], value: value)

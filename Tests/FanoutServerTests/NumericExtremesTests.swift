@@ -1,7 +1,8 @@
 import CartStore
-import Foundation
 import FanoutTestSupport
+import Foundation
 import Testing
+
 @testable import FanoutServer
 
 /// The extremes of every number a client sends (`since`, `limit`, `wait`, quantities, prices,
@@ -18,7 +19,9 @@ struct NumericExtremesTests {
     static let huge = "99999999999999999999999999999999"
 
     /// The status and error code of a plain HTTP exchange.
-    static func answer(_ port: Int, _ method: String, _ path: String, headers: [String: String] = [:], body: String? = nil) async throws -> (status: Int?, code: String?) {
+    static func answer(_ port: Int, _ method: String, _ path: String, headers: [String: String] = [:], body: String? = nil) async throws
+        -> (status: Int?, code: String?)
+    {
         var request = "\(method) \(path) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
         for (name, value) in headers { request += "\(name): \(value)\r\n" }
         if let body { request += "Content-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n" }
@@ -37,7 +40,8 @@ struct NumericExtremesTests {
             try await body(port, server)
             // Still alive, and still writing.
             #expect(try await Self.answer(port, "GET", "/healthz").status == 200)
-            #expect(try await Self.answer(port, "POST", "/carts/a/items", body: #"{"sku":"y","quantity":1,"unitPriceCents":1}"#).status == 200)
+            #expect(
+                try await Self.answer(port, "POST", "/carts/a/items", body: #"{"sku":"y","quantity":1,"unitPriceCents":1}"#).status == 200)
         }
     }
 
@@ -73,21 +77,28 @@ struct NumericExtremesTests {
     @Test func mutationNumbers() async throws {
         try await Self.withOneEvent { port, _ in
             for number in [Self.max, Self.min, Self.pastMax, Self.huge, "1e308", "-1e308", "0.5", "-1", "0"] {
-                let add = try await Self.answer(port, "POST", "/carts/a/items", body: #"{"sku":"z","quantity":\#(number),"unitPriceCents":1}"#)
+                let add = try await Self.answer(
+                    port, "POST", "/carts/a/items", body: #"{"sku":"z","quantity":\#(number),"unitPriceCents":1}"#)
                 #expect([400, 422].contains(add.status ?? 0), "quantity \(number): \(add)")
-                let price = try await Self.answer(port, "POST", "/carts/a/items", body: #"{"sku":"z","quantity":1,"unitPriceCents":\#(number)}"#)
+                let price = try await Self.answer(
+                    port, "POST", "/carts/a/items", body: #"{"sku":"z","quantity":1,"unitPriceCents":\#(number)}"#)
                 #expect(number == "0" ? price.status == 200 : [400, 422].contains(price.status ?? 0), "price \(number): \(price)")
                 let set = try await Self.answer(port, "PATCH", "/carts/a/items/x", body: #"{"quantity":\#(number)}"#)
                 // 0 removes the line (then x is gone: 404 for the numbers after it).
                 #expect(number == "0" ? set.status == 200 : [400, 404, 422].contains(set.status ?? 0), "set \(number): \(set)")
             }
             // The largest quantity twice on one line: the sum is refused, not wrapped.
-            #expect(try await Self.answer(port, "POST", "/carts/b/items", body: #"{"sku":"x","quantity":10000,"unitPriceCents":1000000000}"#).status == 200)
-            let overflow = try await Self.answer(port, "POST", "/carts/b/items", body: #"{"sku":"x","quantity":10000,"unitPriceCents":1000000000}"#)
+            #expect(
+                try await Self.answer(port, "POST", "/carts/b/items", body: #"{"sku":"x","quantity":10000,"unitPriceCents":1000000000}"#)
+                    .status == 200)
+            let overflow = try await Self.answer(
+                port, "POST", "/carts/b/items", body: #"{"sku":"x","quantity":10000,"unitPriceCents":1000000000}"#)
             #expect(overflow.status == 409)
             #expect(overflow.code == "quantity_overflow")
-            for (version, status, code) in [(Self.max, 412, "version_conflict"), (Self.pastMax, 400, "malformed_request"),
-                                            (Self.min, 400, "malformed_request"), ("\"-1\"", 400, "malformed_request")] {
+            for (version, status, code) in [
+                (Self.max, 412, "version_conflict"), (Self.pastMax, 400, "malformed_request"),
+                (Self.min, 400, "malformed_request"), ("\"-1\"", 400, "malformed_request"),
+            ] {
                 let answer = try await Self.answer(port, "DELETE", "/carts/b", headers: ["If-Match": version])
                 #expect(answer.status == status, "If-Match \(version)")
                 #expect(answer.code == code, "If-Match \(version)")

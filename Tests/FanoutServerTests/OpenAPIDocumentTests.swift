@@ -4,6 +4,7 @@ import Hummingbird
 import HummingbirdTesting
 import NIOCore
 import Testing
+
 @testable import FanoutServer
 
 /// `GET /openapi.json` serves `docs/openapi.json`, and every operation it lists has a route.
@@ -11,7 +12,8 @@ import Testing
 /// schemathesis, in EndToEndTests.)
 @Suite("OpenAPI document")
 struct OpenAPIDocumentTests {
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
 
     static func documentInRepository() throws -> Data {
         try Data(contentsOf: repository.appending(path: "docs/openapi.json"))
@@ -46,8 +48,10 @@ struct OpenAPIDocumentTests {
         let ordered = operations
         try await HTTPAPITests.app().application.test(.router) { client in
             // A cart with a line, so that reads and changes of it succeed.
-            try await client.execute(uri: "/carts/c1/items", method: .post,
-                                     body: ByteBuffer(string: #"{"sku":"s1","quantity":1,"unitPriceCents":1}"#)) { #expect($0.status == .ok) }
+            try await client.execute(
+                uri: "/carts/c1/items", method: .post,
+                body: ByteBuffer(string: #"{"sku":"s1","quantity":1,"unitPriceCents":1}"#)
+            ) { #expect($0.status == .ok) }
             for (path, method) in ordered {
                 let uri = path.replacingOccurrences(of: "{cartId}", with: "c1").replacingOccurrences(of: "{sku}", with: "s1")
                 let body = method == .post ? #"{"sku":"s2","quantity":1,"unitPriceCents":1}"# : #"{"quantity":2}"#

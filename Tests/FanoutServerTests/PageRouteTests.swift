@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import Testing
+
 @testable import FanoutServer
 
 /// `GET /` serves the live cart page as it is in the repository, from the binary. (What the page

@@ -1,14 +1,16 @@
 import CartStore
+import FanoutTestSupport
 import Foundation
 import Logging
 import NIOCore
 import NIOEmbedded
 import NIOWebSocket
-import FanoutTestSupport
 import Testing
+
 @testable import FanoutServer
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A WebSocket client on a bare socket, for what a library client will not send or show:
@@ -120,7 +122,12 @@ struct RawWebSocketTests {
     }
 
     @Test func refusedUpgradesAreAnsweredWithTheJSONError() async throws {
-        try await withServer({ $0.token = "t0k"; $0.maxSubscribers = 1; $0.allowedOrigins = ["http://ok.example"]; Self.quietLeases(&$0) }) { port, server in
+        try await withServer({
+            $0.token = "t0k"
+            $0.maxSubscribers = 1
+            $0.allowedOrigins = ["http://ok.example"]
+            Self.quietLeases(&$0)
+        }) { port, server in
             let noToken = try await StalledClient.blocking { try RawWebSocket(port: port).upgrade() }
             #expect(noToken.head.hasPrefix("HTTP/1.1 401"))
             #expect(noToken.body.contains(#""code":"unauthorized""#))
@@ -143,7 +150,10 @@ struct RawWebSocketTests {
     }
 
     @Test func pingsArePongedAndFragmentsJoinedUpToTheSizeLimit() async throws {
-        try await withServer({ $0.maxMessageSize = 1_000; Self.quietLeases(&$0) }) { port, server in
+        try await withServer({
+            $0.maxMessageSize = 1_000
+            Self.quietLeases(&$0)
+        }) { port, server in
             let client = try RawWebSocket(port: port)
             let frames = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
                 _ = try client.upgrade()

@@ -1,11 +1,13 @@
-import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-import NIOWebSocket
 import FanoutTestSupport
+import Foundation
+import NIOWebSocket
 import Testing
+
 @testable import FanoutServer
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
 
 @Suite("fanout-server process", .timeLimit(.minutes(2)))
 struct ServerProcessTests {
@@ -54,7 +56,8 @@ struct ServerProcessTests {
         let server = try ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path])
         let port = server.port
         let poll = Task {
-            try await RawHTTP.exchange(port: port, Array("GET /events?since=0&wait=60 HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8), timeout: 70)
+            try await RawHTTP.exchange(
+                port: port, Array("GET /events?since=0&wait=60 HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8), timeout: 70)
         }
         await eventually("the poll parked") {
             let stats = try? await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/stats")!).0
@@ -93,7 +96,10 @@ struct ServerProcessTests {
     }
 
     @Test func badCommandLinesExitNonZeroWithAMessage() async throws {
-        for arguments in [["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"], ["--port", "0", "--db", "/nonexistent-directory/db.sqlite"]] {
+        for arguments in [
+            ["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"],
+            ["--port", "0", "--db", "/nonexistent-directory/db.sqlite"],
+        ] {
             let outcome = try await runToExit("fanout-server", arguments)
             #expect(!outcome.timedOut, "\(arguments): the server should have refused to start")
             #expect(outcome.status != 0, "\(arguments)")
@@ -111,11 +117,15 @@ struct ServerProcessTests {
     /// starts and fails every request. The password is not printed.
     @Test func anUnreachablePostgreSQLIsAnErrorAtStart() async throws {
         let port = try freeLoopbackPort()
-        for arguments in [["--db", "postgres://fanout:secret@127.0.0.1:\(port)/fanout"], ["--database-url", "postgresql://fanout:secret@127.0.0.1:\(port)/fanout"]] {
+        for arguments in [
+            ["--db", "postgres://fanout:secret@127.0.0.1:\(port)/fanout"],
+            ["--database-url", "postgresql://fanout:secret@127.0.0.1:\(port)/fanout"],
+        ] {
             let outcome = try await runToExit("fanout-server", ["--port", "0"] + arguments)
             #expect(!outcome.timedOut, "\(arguments): the server should have refused to start")
             #expect(outcome.status != 0, "\(arguments)")
-            #expect(outcome.standardError.contains("cannot connect to postgres://fanout@127.0.0.1:\(port)/fanout"), "\(outcome.standardError)")
+            #expect(
+                outcome.standardError.contains("cannot connect to postgres://fanout@127.0.0.1:\(port)/fanout"), "\(outcome.standardError)")
             #expect(!outcome.standardError.contains("secret"), "the password stays out of the message")
         }
         let noDatabase = try await runToExit("fanout-server", ["--port", "0", "--db", "postgres://fanout@127.0.0.1:\(port)"])

@@ -1,16 +1,17 @@
 import CartStore
+import FanoutTestSupport
 import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import HummingbirdWSClient
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOWebSocket
-import NIOConcurrencyHelpers
 import Synchronization
-import FanoutTestSupport
 import Testing
+
 @testable import FanoutServer
 
 /// A server on port 0 over an in-memory (or given) store, for one test.

@@ -1,10 +1,12 @@
 import CartStore
-import Foundation
 import FanoutTestSupport
+import Foundation
 import Testing
+
 @testable import FanoutServer
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A WebSocket client on a bare socket with a tiny receive buffer that subscribes and then
@@ -34,16 +36,18 @@ final class StalledClient: @unchecked Sendable {
             var size: Int32 = 2_048
             setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         }
-        try send(Array("""
-            GET /subscribe HTTP/1.1\r
-            Host: 127.0.0.1:\(port)\r
-            Upgrade: websocket\r
-            Connection: Upgrade\r
-            Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r
-            Sec-WebSocket-Version: 13\r
-            \r
+        try send(
+            Array(
+                """
+                GET /subscribe HTTP/1.1\r
+                Host: 127.0.0.1:\(port)\r
+                Upgrade: websocket\r
+                Connection: Upgrade\r
+                Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r
+                Sec-WebSocket-Version: 13\r
+                \r
 
-            """.utf8))
+                """.utf8))
         // Read the 101 response only, byte by byte, so nothing after it is consumed.
         var head: [UInt8] = []
         while !head.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)) {
@@ -112,7 +116,13 @@ final class StalledClient: @unchecked Sendable {
 struct SlowConsumerTests {
     @Test func aClientThatStopsReadingIsDroppedWhileWritesAndOtherSubscribersGoOn() async throws {
         let store = try CartStore.inMemory()
-        try await withServer({ $0.ringSize = 256; $0.leaseTTL = .seconds(60); $0.heartbeatInterval = .seconds(30) }, store: store) { port, server in
+        try await withServer(
+            {
+                $0.ringSize = 256
+                $0.leaseTTL = .seconds(60)
+                $0.heartbeatInterval = .seconds(30)
+            }, store: store
+        ) { port, server in
             let stalled = try await StalledClient.connect(port: port)
             let reader = TestSubscriber(port: port)
             try await reader.subscribe(since: 0)
@@ -143,7 +153,13 @@ struct SlowConsumerTests {
 
     @Test func aClientThatPausesWithinTheLagLimitGetsEveryEventWhenItReadsAgain() async throws {
         let store = try CartStore.inMemory()
-        try await withServer({ $0.ringSize = 5_000; $0.leaseTTL = .seconds(60); $0.heartbeatInterval = .seconds(30) }, store: store) { port, server in
+        try await withServer(
+            {
+                $0.ringSize = 5_000
+                $0.leaseTTL = .seconds(60)
+                $0.heartbeatInterval = .seconds(30)
+            }, store: store
+        ) { port, server in
             let paused = try await StalledClient.connect(port: port)
             await eventually("caught up and live") { server.hub.stats.liveSubscribers == 1 }
             // About 800 KB of events while it does not read: many times the connection's

@@ -1,11 +1,12 @@
 import CartStore
+import FanoutTestSupport
 import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdWSClient
 import NIOWebSocket
-import FanoutTestSupport
 import Testing
+
 @testable import FanoutServer
 
 @Suite("WebSocket subscriptions", .timeLimit(.minutes(2)))
@@ -18,7 +19,8 @@ struct SubscribeTests {
             try await subscriber.subscribe()
             await eventually("snapshot") { !subscriber.snapshots.isEmpty }
             guard case .welcome(let welcome) = subscriber.messages.first else {
-                Issue.record("the first message must be the welcome"); return
+                Issue.record("the first message must be the welcome")
+                return
             }
             #expect(welcome.latestSeq == 1)
             #expect(welcome.leaseTTL == 5)
@@ -45,7 +47,10 @@ struct SubscribeTests {
                 #expect(subscriber.events.map(\.seq) == Array(1...160))
             }
             let log = try await store.events(after: 0, limit: 1000)
-            guard case .events(let events, _) = log else { Issue.record("log"); return }
+            guard case .events(let events, _) = log else {
+                Issue.record("log")
+                return
+            }
             #expect(subscribers.allSatisfy { $0.events == events })
             for subscriber in subscribers { await subscriber.close() }
         }
@@ -165,10 +170,14 @@ struct SubscribeTests {
     }
 
     @Test func tokenAndOriginAreEnforcedOnUpgrade() async throws {
-        try await withServer({ $0.token = "t0k"; $0.allowedOrigins = ["http://ok.example"] }) { port, _ in
+        try await withServer({
+            $0.token = "t0k"
+            $0.allowedOrigins = ["http://ok.example"]
+        }) { port, _ in
             await #expect(throws: (any Error).self) { _ = try await TestSubscriber(port: port).closeFrame() }
             await #expect(throws: (any Error).self) {
-                _ = try await TestSubscriber(port: port, headers: [.authorization: "Bearer t0k", .origin: "http://evil.example"]).closeFrame()
+                _ = try await TestSubscriber(port: port, headers: [.authorization: "Bearer t0k", .origin: "http://evil.example"])
+                    .closeFrame()
             }
             let withHeader = TestSubscriber(port: port, headers: [.authorization: "Bearer t0k", .origin: "http://ok.example"])
             try await withHeader.subscribe()

@@ -39,7 +39,8 @@ public final class ServerProcess {
     /// A product executable: from the folder `FANOUT_PRODUCTS` names (`./scripts/test-release` points it
     /// at the release build for its second pass), else the one built next to the test bundle.
     public static func executable(_ name: String) -> URL {
-        let folder = ProcessInfo.processInfo.environment["FANOUT_PRODUCTS"].map { URL(fileURLWithPath: $0) }
+        let folder =
+            ProcessInfo.processInfo.environment["FANOUT_PRODUCTS"].map { URL(fileURLWithPath: $0) }
             ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         return folder.appending(path: name)
     }
@@ -62,7 +63,9 @@ public final class ServerProcess {
             line.append(chunk)
         }
         let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("listening on http://"), let port = text.split(separator: ":").last.flatMap({ Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) else {
+        guard text.hasPrefix("listening on http://"),
+            let port = text.split(separator: ":").last.flatMap({ Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) })
+        else {
             process.terminate()
             throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "unexpected first line: \(text)"])
         }
@@ -97,7 +100,6 @@ public final class ServerProcess {
     }
 }
 
-
 /// How a product executable run to completion ended.
 public struct ProcessOutcome: Sendable {
     public let status: Int32
@@ -120,7 +122,8 @@ public func runToExit(executable: URL, _ arguments: [String], timeout: Duration 
     let process = Process()
     process.executableURL = executable
     process.arguments = arguments
-    let standardOutput = PipeCollector(), standardError = PipeCollector()
+    let standardOutput = PipeCollector()
+    let standardError = PipeCollector()
     process.standardOutput = standardOutput.pipe
     process.standardError = standardError.pipe
     try process.run()

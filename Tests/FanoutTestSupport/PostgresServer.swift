@@ -68,7 +68,8 @@ public final class PostgresServer: Sendable {
     public static func start() async throws -> PostgresServer {
         guard let externalURL else { return try await startCluster() }
         guard let address = URLComponents(string: externalURL), address.host != nil else {
-            throw PostgresServerError(description: "FANOUT_POSTGRES_URL is not a URL like postgres://user@host:port/database: \(externalURL)")
+            throw PostgresServerError(
+                description: "FANOUT_POSTGRES_URL is not a URL like postgres://user@host:port/database: \(externalURL)")
         }
         return PostgresServer(address: address, cluster: nil)
     }
@@ -77,7 +78,9 @@ public final class PostgresServer: Sendable {
     /// with its database `fanout`.
     public static func startCluster() async throws -> PostgresServer {
         guard let binDirectory, isInstalled else {
-            throw PostgresServerError(description: "PostgreSQL is not installed (no initdb beside pg_config or in /usr/lib/postgresql/*/bin): apt-get install postgresql")
+            throw PostgresServerError(
+                description:
+                    "PostgreSQL is not installed (no initdb beside pg_config or in /usr/lib/postgresql/*/bin): apt-get install postgresql")
         }
         let cluster = Cluster(
             bin: binDirectory,
@@ -135,7 +138,10 @@ public final class PostgresServer: Sendable {
     /// Stops the cluster (`pg_ctl stop -m fast`: sessions are ended, not waited for) and removes
     /// its folder. Does nothing the second time, nor to FANOUT_POSTGRES_URL's server.
     public func stop() async {
-        let wasStopped = stopped.withLockedValue { stopped in defer { stopped = true }; return stopped }
+        let wasStopped = stopped.withLockedValue { stopped in
+            defer { stopped = true }
+            return stopped
+        }
         guard let cluster, !wasStopped else { return }
         _ = try? await cluster.run("pg_ctl", ["stop", "--wait", "--timeout=60", "--mode=fast", "--pgdata", cluster.data.path])
         cluster.quit()
@@ -176,9 +182,11 @@ public final class PostgresServer: Sendable {
     /// Starts a paused server again, on its port.
     public func resume() async throws {
         guard let cluster else { throw PostgresServerError(description: "FANOUT_POSTGRES_URL's server is not ours to start") }
-        let started = try await cluster.run("pg_ctl", [
-            "start", "--wait", "--timeout=120", "--pgdata", cluster.data.path, "--log", cluster.log.path, "-o", "-p \(port)",
-        ])
+        let started = try await cluster.run(
+            "pg_ctl",
+            [
+                "start", "--wait", "--timeout=120", "--pgdata", cluster.data.path, "--log", cluster.log.path, "-o", "-p \(port)",
+            ])
         guard started.status == 0, !started.timedOut else { throw PostgresServerError(description: "pg_ctl start failed", started) }
     }
 
@@ -230,17 +238,22 @@ private struct Cluster {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         if Self.runsAsRoot {
             guard let account = Self.postgresAccount else {
-                throw PostgresServerError(description: "PostgreSQL refuses to run as root, and there is no postgres user to run it as (apt-get install postgresql makes one)")
+                throw PostgresServerError(
+                    description:
+                        "PostgreSQL refuses to run as root, and there is no postgres user to run it as (apt-get install postgresql makes one)"
+                )
             }
             guard chown(directory.path, account.uid, account.gid) == 0 else {
                 throw PostgresServerError(description: "cannot give \(directory.path) to the postgres user: errno \(errno)")
             }
         }
         // Any session from 127.0.0.1 is trusted; --no-sync: a test's cluster need not survive a crash.
-        let initdb = try await run("initdb", [
-            "--pgdata", data.path, "--username", "fanout", "--auth", "trust",
-            "--encoding", "UTF8", "--locale", "C", "--no-sync",
-        ])
+        let initdb = try await run(
+            "initdb",
+            [
+                "--pgdata", data.path, "--username", "fanout", "--auth", "trust",
+                "--encoding", "UTF8", "--locale", "C", "--no-sync",
+            ])
         guard initdb.status == 0, !initdb.timedOut else {
             throw PostgresServerError(description: "initdb failed", initdb)
         }
@@ -265,9 +278,11 @@ private struct Cluster {
         var attempts = 1
         while true {
             let port = try freeLoopbackPort()
-            let started = try await run("pg_ctl", [
-                "start", "--wait", "--timeout=120", "--pgdata", data.path, "--log", log.path, "-o", "-p \(port)",
-            ])
+            let started = try await run(
+                "pg_ctl",
+                [
+                    "start", "--wait", "--timeout=120", "--pgdata", data.path, "--log", log.path, "-o", "-p \(port)",
+                ])
             if started.status == 0, !started.timedOut { return port }
             guard attempts < 3, serverLog.contains("Address already in use") else {
                 throw PostgresServerError(description: "pg_ctl start failed", started, log: serverLog)
@@ -281,7 +296,8 @@ private struct Cluster {
     /// keep the socket by which Foundation's Process learns that its child exited, and the wait
     /// for pg_ctl would never end.
     func run(_ program: String, _ arguments: [String]) async throws -> ProcessOutcome {
-        let command = (Self.runsAsRoot ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : []) + [bin.appending(path: program).path] + arguments
+        let command =
+            (Self.runsAsRoot ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : []) + [bin.appending(path: program).path] + arguments
         let closingInheritedFiles = #"for fd in /proc/self/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; exec "$@""#
         return try await runToExit(
             executable: URL(fileURLWithPath: "/bin/bash"), ["-c", closingInheritedFiles, "bash"] + command, timeout: .seconds(180))
@@ -304,7 +320,8 @@ private struct Cluster {
         return processes.compactMap { pid_t($0) }.filter { pid in
             // "pid (name) state ppid …": the name may hold spaces, not a ')'.
             guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                  let end = stat.lastIndex(of: ")") else { return false }
+                let end = stat.lastIndex(of: ")")
+            else { return false }
             let fields = stat[stat.index(after: end)...].split(separator: " ")
             return fields.count > 1 && pid_t(fields[1]) == parent
         }
@@ -345,12 +362,15 @@ extension Trait where Self == ConditionTrait {
     /// Runs where a PostgreSQL server can be had, and always in CI (where a missing one fails);
     /// elsewhere skips, saying how to enable it.
     public static var needsPostgreSQL: Self {
-        .enabled(if: PostgresServer.isAvailable || runningInCI, "apt-get install postgresql (or set FANOUT_POSTGRES_URL) enables the PostgreSQL tests")
+        .enabled(
+            if: PostgresServer.isAvailable || runningInCI,
+            "apt-get install postgresql (or set FANOUT_POSTGRES_URL) enables the PostgreSQL tests")
     }
 
     /// The same for tests that stop and start the server themselves: FANOUT_POSTGRES_URL's
     /// server will not do, they need PostgreSQL's programs.
     public static var needsPostgreSQLPrograms: Self {
-        .enabled(if: PostgresServer.isInstalled || runningInCI, "apt-get install postgresql enables the tests that stop and restart PostgreSQL")
+        .enabled(
+            if: PostgresServer.isInstalled || runningInCI, "apt-get install postgresql enables the tests that stop and restart PostgreSQL")
     }
 }

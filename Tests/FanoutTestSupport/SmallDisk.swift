@@ -1,7 +1,8 @@
 import Foundation
 import Testing
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A disk that really fills: a tmpfs of a few MiB mounted on a new folder, for the tests of a
@@ -18,7 +19,9 @@ public final class SmallDisk {
         let outcome = Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(bytes)", "tmpfs", directory.path])
         guard outcome == 0 else {
             try? FileManager.default.removeItem(at: directory)
-            throw CocoaError(.fileWriteNoPermission, userInfo: [NSLocalizedDescriptionKey: "mount -t tmpfs failed (\(outcome)): the full-disk tests need root"])
+            throw CocoaError(
+                .fileWriteNoPermission,
+                userInfo: [NSLocalizedDescriptionKey: "mount -t tmpfs failed (\(outcome)): the full-disk tests need root"])
         }
     }
 

@@ -277,7 +277,8 @@ struct DeliveryBenchmark {
 
     func printReport() {
         print("Delivery: ns per delivery (one event to one observer), synchronous, best of \(Timing.runs)")
-        let header = pad("observers", -Self.labelWidth)
+        let header =
+            pad("observers", -Self.labelWidth)
             + Self.observerCounts.map { pad(grouped($0), 10) }.joined()
         print(header)
         print(String(repeating: "-", count: header.count))
@@ -359,11 +360,12 @@ enum MutationBenchmark {
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("carts.sqlite").path
 
-        let store: CartStore = switch backing {
-        case .fileFull: try CartStore(path: path, durability: .full)
-        case .fileNormal: try CartStore(path: path, durability: .normal)
-        case .inMemory: try CartStore.inMemory()
-        }
+        let store: CartStore =
+            switch backing {
+            case .fileFull: try CartStore(path: path, durability: .full)
+            case .fileNormal: try CartStore(path: path, durability: .normal)
+            case .inMemory: try CartStore.inMemory()
+            }
         let observers = (0..<n).map { _ in CountingObserver() }
         for observer in observers { store.observers.add(observer) }
 
@@ -402,7 +404,8 @@ enum MutationBenchmark {
 
     static func printReport(_ results: [Result]) {
         print("Mutations: sequential `try await store.addItem(...)`, one event each, synchronous observers")
-        let header = pad("store", -26) + pad("observers", 11) + pad("mutations", 11)
+        let header =
+            pad("store", -26) + pad("observers", 11) + pad("mutations", 11)
             + pad("mutations/s", 13) + pad("µs/mutation", 13) + pad("CPU µs/mutation", 17)
         print(header)
         print(String(repeating: "-", count: header.count))
@@ -410,9 +413,9 @@ enum MutationBenchmark {
             let rate = Double(result.mutations) / result.seconds
             print(
                 pad(result.backing.label, -26) + pad(grouped(result.observers), 11)
-                + pad(grouped(result.mutations), 11) + pad(grouped(Int(rate.rounded())), 13)
-                + pad(String(format: "%.1f", 1e6 / rate), 13)
-                + pad(String(format: "%.1f", result.cpuSeconds * 1e6 / Double(result.mutations)), 17))
+                    + pad(grouped(result.mutations), 11) + pad(grouped(Int(rate.rounded())), 13)
+                    + pad(String(format: "%.1f", 1e6 / rate), 13)
+                    + pad(String(format: "%.1f", result.cpuSeconds * 1e6 / Double(result.mutations)), 17))
         }
     }
 }

@@ -1,8 +1,9 @@
 import FanoutProtocol
 import Foundation
 import Synchronization
+
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// One acknowledged write: its seq and when its request was sent.
@@ -56,7 +57,8 @@ struct Writers: Sendable {
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         let sentAt = clock.now
         guard let (data, response) = try? await URLSession.shared.data(for: request),
-              let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status) else { return nil }
+            let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status)
+        else { return nil }
         if let publishedSeq { return Write(seq: publishedSeq, sentAt: sentAt) }
         guard let seq = BenchTarget.seq(in: data) else { return nil }
         return Write(seq: seq, sentAt: sentAt)
@@ -79,7 +81,8 @@ struct ProcessMeter: Sendable {
         var total = 0.0
         for pid in pids {
             guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                  let close = stat.lastIndex(of: ")") else { return nil }
+                let close = stat.lastIndex(of: ")")
+            else { return nil }
             // Fields after "(comm)": state is field 3; utime and stime are fields 14 and 15.
             let fields = stat[stat.index(after: close)...].split(separator: " ")
             guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
@@ -94,8 +97,9 @@ struct ProcessMeter: Sendable {
         var total = 0
         for pid in pids {
             guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-                  let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-                  let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") else { return nil }
+                let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+                let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+            else { return nil }
             total += kib
         }
         return total
@@ -147,7 +151,9 @@ struct BenchReport: Encodable {
         self.serverRssKiB = rss
     }
 
-    mutating func record(writes: [Write], receipts: [[Receipt]], start: ContinuousClock.Instant, writesDone: ContinuousClock.Instant, clock: ContinuousClock) {
+    mutating func record(
+        writes: [Write], receipts: [[Receipt]], start: ContinuousClock.Instant, writesDone: ContinuousClock.Instant, clock: ContinuousClock
+    ) {
         acknowledged = writes.count
         var sentAt: [Int64: ContinuousClock.Instant] = [:]
         for write in writes { sentAt[write.seq] = write.sentAt }

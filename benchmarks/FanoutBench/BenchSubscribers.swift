@@ -119,11 +119,12 @@ final class SubscriberFleet: Sendable {
                     }
                 }
             }
-        let connected = if let address = endpoint.address {
-            bootstrap.connect(to: address)
-        } else {
-            bootstrap.connect(host: endpoint.host, port: endpoint.port)
-        }
+        let connected =
+            if let address = endpoint.address {
+                bootstrap.connect(to: address)
+            } else {
+                bootstrap.connect(host: endpoint.host, port: endpoint.port)
+            }
         connected.whenFailure { _ in settle(false) }
     }
 
@@ -183,9 +184,10 @@ final class SubscriberFleet: Sendable {
     func receipts() async -> [[Receipt]] {
         var all: [[Receipt]] = []
         for shard in shards {
-            all += (try? await shard.loop.submit {
-                shard.handlers.value.filter(\.isReady).map(\.receipts)
-            }.get()) ?? []
+            all +=
+                (try? await shard.loop.submit {
+                    shard.handlers.value.filter(\.isReady).map(\.receipts)
+                }.get()) ?? []
         }
         return all
     }
@@ -315,7 +317,8 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
         if let seq {
             receipts.append(Receipt(seq: seq, at: now))
         } else if peer == .fanout, !isReady,
-                  payload.withUnsafeReadableBytes({ BenchTarget.contains(BenchTarget.welcomeType, in: $0) }) {
+            payload.withUnsafeReadableBytes({ BenchTarget.contains(BenchTarget.welcomeType, in: $0) })
+        {
             answerWelcome(payload, context: context)
         }
     }
@@ -324,9 +327,10 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
     /// interval it announced, so that runs longer than the lease keep their subscribers.
     private func answerWelcome(_ payload: ByteBuffer, context: ChannelHandlerContext) {
         guard let message = try? FanoutJSON.decoder().decode(ServerMessage.self, from: Data(payload.readableBytesView)),
-              case .welcome(let welcome) = message,
-              let subscribe = try? ClientMessage.subscribe(carts: nil, since: welcome.latestSeq).jsonText(),
-              let heartbeat = try? ClientMessage.heartbeat.jsonText() else {
+            case .welcome(let welcome) = message,
+            let subscribe = try? ClientMessage.subscribe(carts: nil, since: welcome.latestSeq).jsonText(),
+            let heartbeat = try? ClientMessage.heartbeat.jsonText()
+        else {
             context.close(promise: nil)
             return
         }

@@ -2,8 +2,9 @@ import ArgumentParser
 import FanoutProtocol
 import Foundation
 import Synchronization
+
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// `fanout-bench`: fan-out measured from the outside, against fanout-server or nchan.
@@ -34,7 +35,10 @@ struct FanoutBench: AsyncParsableCommand {
         case nchan
     }
 
-    @Option(help: "The server's base HTTP URL; repeat it for several servers on one database (subscribers and writers are spread over them in turn).")
+    @Option(
+        help:
+            "The server's base HTTP URL; repeat it for several servers on one database (subscribers and writers are spread over them in turn)."
+    )
     var url: [String] = ["http://127.0.0.1:8080"]
 
     @Option(help: "WebSocket subscribers to open.")
@@ -93,7 +97,8 @@ struct FanoutBench: AsyncParsableCommand {
         guard events > 0 else {
             try await Task.sleep(for: .seconds(1))  // let the server settle its buffers
             let report = BenchReport(
-                peer: peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: 0, writers: writers,
+                peer: peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: 0,
+                writers: writers,
                 rssBefore: rssBefore, rss: server.rssKiB())
             print(report.json())
             Foundation.exit(0)
@@ -111,7 +116,8 @@ struct FanoutBench: AsyncParsableCommand {
         let benchCpuAfter = bench.cpuSeconds()
 
         var report = BenchReport(
-            peer: peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: events, writers: writers,
+            peer: peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: events,
+            writers: writers,
             rssBefore: rssBefore, rss: server.rssKiB())
         report.record(writes: writes, receipts: await fleet.receipts(), start: start, writesDone: writesDone, clock: clock)
         if let cpuBefore, let cpuAfter {

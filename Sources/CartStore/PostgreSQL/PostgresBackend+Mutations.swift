@@ -35,7 +35,11 @@ extension PostgresBackend {
                 if mutation.queuedAt + PostgresConnections.timeout > now {
                     batch.append(mutation)
                 } else {
-                    mutation.caller.resume(throwing: CartStoreError(.storeUnavailable, "\(location.description) gave no answer within \(PostgresConnections.timeout) to the changes before this one; nothing was written"))
+                    mutation.caller.resume(
+                        throwing: CartStoreError(
+                            .storeUnavailable,
+                            "\(location.description) gave no answer within \(PostgresConnections.timeout) to the changes before this one; nothing was written"
+                        ))
                 }
             }
             guard let oldest = batch.map(\.queuedAt).min() else { continue }
@@ -45,8 +49,12 @@ extension PostgresBackend {
             do {
                 outcomes = try await commitBatch(batch.map(\.work), until: deadline, committing: committing)
             } catch {
-                let answer = error is PostgresTimeout && committing.withLockedValue({ $0 })
-                    ? CartStoreError(.storeUnavailable, "\(location.description) gave no answer to COMMIT within \(PostgresConnections.timeout): the change may or may not have been made; read the cart to tell")
+                let answer =
+                    error is PostgresTimeout && committing.withLockedValue({ $0 })
+                    ? CartStoreError(
+                        .storeUnavailable,
+                        "\(location.description) gave no answer to COMMIT within \(PostgresConnections.timeout): the change may or may not have been made; read the cart to tell"
+                    )
                     : Self.storage(error, at: location)
                 for mutation in batch { mutation.caller.resume(throwing: answer) }
                 continue
@@ -55,7 +63,9 @@ extension PostgresBackend {
             // away just now or does not answer by the deadline (then the follower delivers it
             // once it is back; the commit stands).
             let follower = self.follower
-            _ = try? await PostgresConnections.answer(by: deadline, expired: { PostgresTimeout(leased: true, after: PostgresConnections.timeout) }) {
+            _ = try? await PostgresConnections.answer(
+                by: deadline, expired: { PostgresTimeout(leased: true, after: PostgresConnections.timeout) }
+            ) {
                 await follower.catchUpQuietly()
             }
             for (mutation, outcome) in zip(batch, outcomes) {
@@ -72,11 +82,13 @@ extension PostgresBackend {
     ) async throws -> [Result<CartCommit, any Error>] {
         commits.transactions.add(1, ordering: .relaxed)
         let logger = self.logger
-        return try await connections.withConnection(until: deadline) { connection in try await connection.withTransaction(logger: logger) { connection in
-            let outcomes = try await Self.applyBatch(mutations, connection, logger)
-            committing.withLockedValue { $0 = true }
-            return outcomes
-        } }
+        return try await connections.withConnection(until: deadline) { connection in
+            try await connection.withTransaction(logger: logger) { connection in
+                let outcomes = try await Self.applyBatch(mutations, connection, logger)
+                committing.withLockedValue { $0 = true }
+                return outcomes
+            }
+        }
     }
 
     /// The batch's mutations, inside its transaction: the seq row locked, then each in a savepoint.
@@ -119,11 +131,11 @@ extension PostgresBackend {
         // before (a rolled-back savepoint takes it back). The line's foreign key is checked at
         // the end of the statement, when the cart row is there.
         var binds = PostgresBindings()
-        try binds.append(cartID)                    // $1
-        try binds.append(event.kind.rawValue)       // $2
-        try binds.append(plan.encodedChange)        // $3
-        try binds.append(event.version)             // $4, the cart's version after it too
-        try binds.append(plan.committedAt)          // $5
+        try binds.append(cartID)  // $1
+        try binds.append(event.kind.rawValue)  // $2
+        try binds.append(plan.encodedChange)  // $3
+        try binds.append(event.version)  // $4, the cart's version after it too
+        try binds.append(plan.committedAt)  // $5
         let line: String
         switch event.change {
         case .itemAdded(let item, _):
@@ -159,8 +171,10 @@ extension PostgresBackend {
             line AS (\(line))
             SELECT latest, pg_notify('\(PostgresFollower.channel)', latest::text) FROM next
             """
-        guard let (seq, _) = try await connection.query(PostgresQuery(unsafeSQL: statement, binds: binds), logger: logger)
-            .collect().first?.decode((Int64, String?).self) else {
+        guard
+            let (seq, _) = try await connection.query(PostgresQuery(unsafeSQL: statement, binds: binds), logger: logger)
+                .collect().first?.decode((Int64, String?).self)
+        else {
             throw CartStoreError(.storeUnavailable, "the event_seq row is missing; nothing was written")
         }
         return plan.committed(seq: seq)

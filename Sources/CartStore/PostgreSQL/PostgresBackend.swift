@@ -30,7 +30,9 @@ final class PostgresBackend: CartStoreBackend {
     /// How often the follower reads the log without being told to.
     static let pollInterval: Duration = .seconds(1)
 
-    private init(location: PostgresLocation, client: PostgresClient, run: Task<Void, Never>, latestSeq: Int64, logger: Logger, commitLimit: Int) {
+    private init(
+        location: PostgresLocation, client: PostgresClient, run: Task<Void, Never>, latestSeq: Int64, logger: Logger, commitLimit: Int
+    ) {
         self.location = location
         self.client = client
         let connections = PostgresConnections(client: client)
@@ -69,9 +71,11 @@ final class PostgresBackend: CartStoreBackend {
         let run = Task { await client.run() }
         do {
             try await PostgresSchema.migrate(client, logger: logger)
-            let latest = try await client.query("SELECT latest FROM event_seq", logger: logger)
+            let latest =
+                try await client.query("SELECT latest FROM event_seq", logger: logger)
                 .collect().first?.decode(Int64.self) ?? 0
-            return PostgresBackend(location: location, client: client, run: run, latestSeq: latest, logger: logger, commitLimit: commitLimit)
+            return PostgresBackend(
+                location: location, client: client, run: run, latestSeq: latest, logger: logger, commitLimit: commitLimit)
         } catch {
             run.cancel()
             throw Self.storage(error, at: location)
@@ -98,7 +102,8 @@ final class PostgresBackend: CartStoreBackend {
                 .first?.decode((Bool, String).self) ?? (true, "on")
         }
         guard !inRecovery, readOnly == "off" else {
-            throw CartStoreError(.storeUnavailable, "\(location.description) is read-only (a standby, or transaction_read_only); nothing can be written")
+            throw CartStoreError(
+                .storeUnavailable, "\(location.description) is read-only (a standby, or transaction_read_only); nothing can be written")
         }
     }
 
@@ -133,10 +138,14 @@ final class PostgresBackend: CartStoreBackend {
         }
         if let transaction = error as? PostgresTransactionError {
             if transaction.beginError == nil, transaction.closureError == nil, let commitError = transaction.commitError,
-               !definitelyRolledBack(commitError) {
+                !definitelyRolledBack(commitError)
+            {
                 // COMMIT was sent and no clear answer came back: it may stand. If it does, its
                 // event reaches every subscriber once the follower reads it.
-                return CartStoreError(.storeUnavailable, "\(location.description) failed while committing (\(describe(commitError))): the change may or may not have been made; read the cart to tell")
+                return CartStoreError(
+                    .storeUnavailable,
+                    "\(location.description) failed while committing (\(describe(commitError))): the change may or may not have been made; read the cart to tell"
+                )
             }
             guard let inner = transaction.closureError ?? transaction.commitError ?? transaction.beginError else {
                 return CartStoreError(.storeUnavailable, "\(location.description) cannot be used (\(describe(error))); nothing was written")

@@ -30,16 +30,19 @@ struct PostgresConnections: Sendable {
     ) async throws -> T {
         let lease = NIOLockedValueBox(Lease())
         let client = self.client
-        return try await Self.answer(by: deadline, expired: {
-            let (connection, leased) = lease.withLockedValue { lease in
-                lease.expired = true
-                return (lease.connection, lease.leased)
+        return try await Self.answer(
+            by: deadline,
+            expired: {
+                let (connection, leased) = lease.withLockedValue { lease in
+                    lease.expired = true
+                    return (lease.connection, lease.leased)
+                }
+                if let connection {
+                    let _: EventLoopFuture<Void> = connection.close()
+                }
+                return PostgresTimeout(leased: leased, after: Self.timeout)
             }
-            if let connection {
-                let _: EventLoopFuture<Void> = connection.close()
-            }
-            return PostgresTimeout(leased: leased, after: Self.timeout)
-        }) {
+        ) {
             try await client.withConnection { connection in
                 // Once the caller has been answered, nothing starts.
                 try lease.withLockedValue { lease in
@@ -97,7 +100,10 @@ struct PostgresConnections: Sendable {
         let worker = NIOLockedValueBox<Task<Void, Never>?>(nil)
         /// The caller, once: whoever takes it answers.
         @Sendable func take() -> CheckedContinuation<T, any Error>? {
-            caller.withLockedValue { caller in defer { caller = nil }; return caller }
+            caller.withLockedValue { caller in
+                defer { caller = nil }
+                return caller
+            }
         }
         return try await withCheckedThrowingContinuation { continuation in
             caller.withLockedValue { $0 = continuation }

@@ -18,7 +18,8 @@ struct PostgresLocation: Sendable, Equatable {
 
     init(url string: String) throws {
         guard Self.isPostgresURL(string), let url = URLComponents(string: string),
-              let host = url.host, !host.isEmpty else {
+            let host = url.host, !host.isEmpty
+        else {
             throw CartStoreError(.storeUnavailable, "not a PostgreSQL URL (postgres://user@host:port/database): \(string)")
         }
         let database = url.path.hasPrefix("/") ? String(url.path.dropFirst()) : url.path

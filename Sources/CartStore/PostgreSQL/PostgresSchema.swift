@@ -17,16 +17,20 @@ enum PostgresSchema {
             // Another server may be migrating: wait for it, however long it takes.
             try await connection.query("SET LOCAL lock_timeout = 0", logger: logger)
             try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
-            let hasLedger = try await connection.query(
-                "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'fanout_migrations'",
-                logger: logger
-            ).collect().first?.decode(Int64.self) ?? 0
-            if hasLedger == 0 {
-                let tables = try await connection.query(
-                    "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()", logger: logger
+            let hasLedger =
+                try await connection.query(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'fanout_migrations'",
+                    logger: logger
                 ).collect().first?.decode(Int64.self) ?? 0
+            if hasLedger == 0 {
+                let tables =
+                    try await connection.query(
+                        "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()", logger: logger
+                    ).collect().first?.decode(Int64.self) ?? 0
                 guard tables == 0 else {
-                    throw CartStoreError(.notAFanoutDatabase, "the database has tables of another program's (and no fanout_migrations); it was left untouched")
+                    throw CartStoreError(
+                        .notAFanoutDatabase,
+                        "the database has tables of another program's (and no fanout_migrations); it was left untouched")
                 }
                 try await connection.query(
                     "CREATE TABLE fanout_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
@@ -38,7 +42,8 @@ enum PostgresSchema {
             }
             let known = Set(migrations.map(\.name))
             if let unknown = applied.subtracting(known).sorted().first {
-                throw CartStoreError(.schemaTooNew, "the database was migrated by a newer version (migration \(unknown)); upgrade this server")
+                throw CartStoreError(
+                    .schemaTooNew, "the database was migrated by a newer version (migration \(unknown)); upgrade this server")
             }
             for migration in migrations where !applied.contains(migration.name) {
                 for statement in statements(in: migration.sql) {

@@ -1,7 +1,8 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// One process owns a database: an exclusive lock on `<database>-lock`, held for the store's life.
 ///
@@ -25,7 +26,9 @@ final class DatabaseFileLock: Sendable {
             let reason = errno
             close(descriptor)
             if reason == EWOULDBLOCK {
-                throw CartStoreError(.databaseInUse, "\(path) is in use by another fanout-server (one process owns a database; several servers need PostgreSQL)")
+                throw CartStoreError(
+                    .databaseInUse,
+                    "\(path) is in use by another fanout-server (one process owns a database; several servers need PostgreSQL)")
             }
             throw CartStoreError(.storeUnavailable, "cannot lock \(lockPath): \(String(cString: strerror(reason)))")
         }

@@ -29,9 +29,10 @@ extension SQLiteBackend {
     static func loadCart(_ cartID: String, _ db: Database) throws -> Cart? {
         let versionStatement = try db.cachedStatement(sql: "SELECT version FROM carts WHERE id = ?")
         guard let version = try Int64.fetchOne(versionStatement, arguments: [cartID]) else { return nil }
-        let linesStatement = try db.cachedStatement(sql: """
-            SELECT sku, quantity, unit_price_cents, name FROM cart_items WHERE cart_id = ? ORDER BY position
-            """)
+        let linesStatement = try db.cachedStatement(
+            sql: """
+                SELECT sku, quantity, unit_price_cents, name FROM cart_items WHERE cart_id = ? ORDER BY position
+                """)
         let items = try Row.fetchAll(linesStatement, arguments: [cartID]).map { row in
             CartItem(sku: row[0], quantity: row[1], unitPriceCents: row[2], name: row[3])
         }

@@ -112,9 +112,10 @@ final class SQLiteBackend: CartStoreBackend {
 
     func commit(_ mutation: CartMutation) async throws -> CartCommit {
         try await withCheckedThrowingContinuation { caller in
-            let queued = GroupCommit<SQLiteWork>.Mutation(work: { db in
-                try Self.apply(mutation, db)
-            }, caller: caller)
+            let queued = GroupCommit<SQLiteWork>.Mutation(
+                work: { db in
+                    try Self.apply(mutation, db)
+                }, caller: caller)
             do {
                 if try commits.enqueue(queued) {
                     writer.asyncWriteWithoutTransaction { db in self.drainCommits(db) }
@@ -167,13 +168,17 @@ final class SQLiteBackend: CartStoreBackend {
         let event = plan.event
         // Every statement of a mutation is prepared once per connection and reused: parsing
         // and planning SQL was a sixth of a mutation's CPU.
-        try db.cachedStatement(sql: """
-            INSERT INTO cart_events (cart_id, kind, change, cart_version, committed_at) VALUES (?, ?, ?, ?, ?)
-            """).execute(arguments: [event.cartID, event.kind.rawValue, plan.encodedChange, event.version, plan.committedAt])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO cart_events (cart_id, kind, change, cart_version, committed_at) VALUES (?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [event.cartID, event.kind.rawValue, plan.encodedChange, event.version, plan.committedAt])
         let seq = db.lastInsertedRowID
-        try db.cachedStatement(sql: """
-            INSERT INTO carts (id, version) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET version = excluded.version
-            """).execute(arguments: [event.cartID, plan.after.version])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO carts (id, version) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET version = excluded.version
+                """
+        ).execute(arguments: [event.cartID, plan.after.version])
         try write(event.change, of: event.cartID, position: seq, db)
         return plan.committed(seq: seq)
     }
@@ -182,14 +187,16 @@ final class SQLiteBackend: CartStoreBackend {
         switch change {
         case .itemAdded(let item, _):
             // Upsert that keeps an existing line's position.
-            try db.cachedStatement(sql: """
-                INSERT INTO cart_items (cart_id, sku, quantity, unit_price_cents, name, position)
-                VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (cart_id, sku) DO UPDATE SET
-                    quantity = excluded.quantity,
-                    unit_price_cents = excluded.unit_price_cents,
-                    name = excluded.name
-                """).execute(arguments: [cartID, item.sku, item.quantity, item.unitPriceCents, item.name, position])
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO cart_items (cart_id, sku, quantity, unit_price_cents, name, position)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (cart_id, sku) DO UPDATE SET
+                        quantity = excluded.quantity,
+                        unit_price_cents = excluded.unit_price_cents,
+                        name = excluded.name
+                    """
+            ).execute(arguments: [cartID, item.sku, item.quantity, item.unitPriceCents, item.name, position])
         case .quantityChanged(let sku, let quantity):
             try db.cachedStatement(sql: "UPDATE cart_items SET quantity = ? WHERE cart_id = ? AND sku = ?")
                 .execute(arguments: [quantity, cartID, sku])

@@ -58,7 +58,8 @@ enum Schema {
         guard unknown.isEmpty else {
             throw CartStoreError(
                 .schemaTooNew,
-                "the database was migrated by a newer version (unknown migrations: \(unknown.sorted().joined(separator: ", "))); upgrade this program or use another database")
+                "the database was migrated by a newer version (unknown migrations: \(unknown.sorted().joined(separator: ", "))); upgrade this program or use another database"
+            )
         }
         try migrator.migrate(writer)
     }

@@ -42,7 +42,6 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
     /// reads fill it (a large request body), up to NIO's usual 64 KiB.
     static let receiveAllocator = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
 
-
     let responder: HTTPChannelHandler.Responder
     let subscribe: SubscribeEndpoint
     let http1: HTTP1Channel.Configuration
@@ -71,7 +70,8 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                 shouldUpgrade: { channel, head in
                     channel.eventLoop.makeCompletedFuture {
                         do {
-                            let request = Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
+                            let request = Request(
+                                head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
                             try subscribe.admit(request)
                             return HTTPHeaders()
                         } catch let error as APIError {
@@ -90,7 +90,9 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                         try channel.pipeline.syncOperations.addHandlers(
                             MaskedFramesOnly(),
                             // Joins fragmented messages, within the same size limit as one frame.
-                            NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: WebSocketTransport.maxFragments, maxAccumulatedFrameSize: maxSize),
+                            NIOWebSocketFrameAggregator(
+                                minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: WebSocketTransport.maxFragments,
+                                maxAccumulatedFrameSize: maxSize),
                             WebSocketTransport(endpoint: subscribe, logger: logger))
                         return .subscriber
                     }
@@ -102,7 +104,8 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                         let operations = channel.pipeline.syncOperations
                         if refusal.value == nil, let head = requestGuard.value.firstRequest, ServerSentEvents.isStreamRequest(head) {
                             do {
-                                try Self.startEventStream(head, on: channel, subscribe: subscribe, requestGuard: requestGuard.value, logger: logger)
+                                try Self.startEventStream(
+                                    head, on: channel, subscribe: subscribe, requestGuard: requestGuard.value, logger: logger)
                                 return .subscriber
                             } catch let error as APIError {
                                 refusal.value = error
@@ -112,7 +115,8 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                         }
                         try operations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
                         try operations.addHandlers(http1.additionalChannelHandlers())
-                        try operations.addHandler(HTTPConnectionStateHandler(idleTimeout: http1.idleTimeout.map { .init($0) }, logger: logger))
+                        try operations.addHandler(
+                            HTTPConnectionStateHandler(idleTimeout: http1.idleTimeout.map { .init($0) }, logger: logger))
                         let http = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
                             wrappingChannelSynchronously: channel,
                             configuration: .init(isOutboundHalfClosureEnabled: true))
@@ -157,7 +161,8 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         operations.removeHandler(requestGuard.lineGuard, promise: nil)
         try operations.removeHandler(context: operations.context(handlerType: ByteToMessageHandler<HTTPRequestDecoder>.self), promise: nil)
         try operations.removeHandler(context: operations.context(handlerType: HTTPResponseEncoder.self), promise: nil)
-        try operations.addHandler(ServerSentEventsTransport(endpoint: subscribe, subscription: subscription, allowedOrigin: origin, logger: logger))
+        try operations.addHandler(
+            ServerSentEventsTransport(endpoint: subscribe, subscription: subscription, allowedOrigin: origin, logger: logger))
     }
 
     /// Serves HTTP for the connection's lifetime; for a subscriber, returns once upgraded.
@@ -183,11 +188,13 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         do {
             let body = try error.body()
             try await http.executeThenClose { _, outbound in
-                let head = HTTPResponse(status: error.status, headerFields: [
-                    .connection: "close",
-                    .contentType: APIError.contentType,
-                    .contentLength: "\(body.readableBytes)",
-                ])
+                let head = HTTPResponse(
+                    status: error.status,
+                    headerFields: [
+                        .connection: "close",
+                        .contentType: APIError.contentType,
+                        .contentLength: "\(body.readableBytes)",
+                    ])
                 try await outbound.write(contentsOf: [.head(head), .body(body), .end(nil)])
             }
         } catch {
@@ -218,7 +225,8 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             }
             var location = request.uri.path
             if let query = request.uri.query { location += "?\(query)" }
-            try await responseWriter.writeResponse(HTTPResponse(status: .temporaryRedirect, headerFields: [.connection: "close", .location: location]))
+            try await responseWriter.writeResponse(
+                HTTPResponse(status: .temporaryRedirect, headerFields: [.connection: "close", .location: location]))
             throw RedirectedUpgrade()
         }
     }

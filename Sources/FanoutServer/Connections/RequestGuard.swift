@@ -108,7 +108,10 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
             // Answered already (or answering): nothing more to say.
             context.close(promise: nil)
         } else {
-            refuse(context: context, with: APIError(.requestTimeout, "the request's body did not arrive within \(Double(bodyTimeout.nanoseconds) / 1e9) s of its head"))
+            refuse(
+                context: context,
+                with: APIError(
+                    .requestTimeout, "the request's body did not arrive within \(Double(bodyTimeout.nanoseconds) / 1e9) s of its head"))
         }
     }
 

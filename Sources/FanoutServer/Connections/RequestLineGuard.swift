@@ -63,8 +63,9 @@ final class RequestLineGuard: ChannelInboundHandler, RemovableChannelHandler {
         refused = true
         let body = (try? error.body()) ?? ByteBuffer()
         let status = HTTPResponseStatus(statusCode: error.status.code)
-        var answer = ByteBuffer(string: "HTTP/1.1 \(status.code) \(status.reasonPhrase)\r\n"
-            + "Content-Type: \(APIError.contentType)\r\nContent-Length: \(body.readableBytes)\r\nConnection: close\r\n\r\n")
+        var answer = ByteBuffer(
+            string: "HTTP/1.1 \(status.code) \(status.reasonPhrase)\r\n"
+                + "Content-Type: \(APIError.contentType)\r\nContent-Length: \(body.readableBytes)\r\nConnection: close\r\n\r\n")
         answer.writeImmutableBuffer(body)
         let channel = context.channel
         context.writeAndFlush(NIOAny(answer)).whenComplete { _ in channel.close(promise: nil) }

@@ -81,7 +81,8 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case .typeMismatch(_, let context), .valueNotFound(_, let context):
             "wrong type at \"\(context.codingPath.map(\.stringValue).joined(separator: "."))\""
         case .dataCorrupted(let context):
-            context.codingPath.isEmpty ? "invalid JSON" : "invalid value at \"\(context.codingPath.map(\.stringValue).joined(separator: "."))\""
+            context.codingPath.isEmpty
+                ? "invalid JSON" : "invalid value at \"\(context.codingPath.map(\.stringValue).joined(separator: "."))\""
         @unknown default: "invalid JSON"
         }
     }

@@ -20,7 +20,8 @@ struct AccessPolicy: Sendable {
         }
         guard requiresToken, let token else { return }
         let queryTokenAllowed = request.method == .get || request.method == .head
-        let offered = Self.bearer(request.headers[.authorization])
+        let offered =
+            Self.bearer(request.headers[.authorization])
             ?? (queryTokenAllowed ? request.uri.queryParameters.get("token") : nil)
         guard let offered else {
             throw APIError(.unauthorized, "a token is required: Authorization: Bearer <token>")
@@ -54,7 +55,8 @@ struct AccessPolicy: Sendable {
 
     /// Compares without returning early, so timing does not reveal how much of a guess matched.
     static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
-        let a = Array(a.utf8), b = Array(b.utf8)
+        let a = Array(a.utf8)
+        let b = Array(b.utf8)
         var difference = UInt8(a.count == b.count ? 0 : 1)
         for index in 0..<max(a.count, b.count) {
             difference |= (index < a.count ? a[index] : 0) ^ (index < b.count ? b[index] : 0)

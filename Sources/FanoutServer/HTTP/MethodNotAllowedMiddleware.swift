@@ -41,7 +41,7 @@ struct MethodNotAllowedMiddleware<Context: RequestContext>: RouterMiddleware {
         return routes.flatMap { route -> [HTTPRequest.Method] in
             let components = route.path.components
             guard components.count == segments.count,
-                  zip(components, segments).allSatisfy({ component, segment in !segment.isEmpty && component ~= segment })
+                zip(components, segments).allSatisfy({ component, segment in !segment.isEmpty && component ~= segment })
             else { return [] }
             return route.methods
         }

@@ -62,19 +62,21 @@ enum ServerEncoding {
     }
 
     static func message(_ message: ServerMessage) -> WireMessage {
-        let seq: Int64? = switch message {
-        case .event(let event): event.seq
-        case .snapshot(_, let seq, _, let more): more ? nil : seq
-        case .heartbeat(let latestSeq): latestSeq
-        case .welcome, .error: nil
-        }
+        let seq: Int64? =
+            switch message {
+            case .event(let event): event.seq
+            case .snapshot(_, let seq, _, let more): more ? nil : seq
+            case .heartbeat(let latestSeq): latestSeq
+            case .welcome, .error: nil
+            }
         return WireMessage(type: message.kind, json: encode(message), seq: seq)
     }
 
     static func encode(_ message: ServerMessage) -> ByteBuffer {
         guard let data = try? encoder.encode(message) else {
             // Only non-finite numbers could fail, and the server sends none; never crash for it.
-            return ByteBuffer(string: #"{"code":"\#(FanoutErrorCode.internalError.rawValue)","message":"unencodable message","type":"error"}"#)
+            return ByteBuffer(
+                string: #"{"code":"\#(FanoutErrorCode.internalError.rawValue)","message":"unencodable message","type":"error"}"#)
         }
         return ByteBuffer(bytes: data)
     }

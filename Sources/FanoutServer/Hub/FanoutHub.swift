@@ -301,10 +301,14 @@ final class FanoutHub: CartStoreObserver {
             eventsFannedOut: figures.eventsFannedOut,
             deliveries: figures.deliveries,
             ended: allEnded,
-            transports: Dictionary(uniqueKeysWithValues: WireFraming.allCases.map { framing in
-                (framing.metricLabel, TransportStats(
-                    subscribers: figures.subscribers(framing), ended: everyReason(figures.ended[framing.rawValue])))
-            }),
+            transports: Dictionary(
+                uniqueKeysWithValues: WireFraming.allCases.map { framing in
+                    (
+                        framing.metricLabel,
+                        TransportStats(
+                            subscribers: figures.subscribers(framing), ended: everyReason(figures.ended[framing.rawValue]))
+                    )
+                }),
             waitingPolls: longPolls.count,
             connections: openConnections.load(ordering: .relaxed),
             engine: store.engineName,

@@ -48,20 +48,38 @@ final class Subscriber: @unchecked Sendable {
     }
 
     var phase: Phase {
-        get { assertOnLoop(); return _phase }
-        set { assertOnLoop(); _phase = newValue }
+        get {
+            assertOnLoop()
+            return _phase
+        }
+        set {
+            assertOnLoop()
+            _phase = newValue
+        }
     }
 
     /// Only events of these carts; `nil` for all. Set once, when it subscribes.
     var carts: Set<String>? {
-        get { assertOnLoop(); return _carts }
-        set { assertOnLoop(); _carts = newValue }
+        get {
+            assertOnLoop()
+            return _carts
+        }
+        set {
+            assertOnLoop()
+            _carts = newValue
+        }
     }
 
     /// The newest seq it was sent, or passed over as another cart's: it gets what follows.
     var cursor: Int64 {
-        get { assertOnLoop(); return _cursor }
-        set { assertOnLoop(); _cursor = newValue }
+        get {
+            assertOnLoop()
+            return _cursor
+        }
+        set {
+            assertOnLoop()
+            _cursor = newValue
+        }
     }
 
     /// Its connection, until it ends.

@@ -1,6 +1,7 @@
 import NIOCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What a subscriber's connection does for the hub: the only part that differs between
@@ -36,7 +37,8 @@ extension Channel {
     func close(after written: EventLoopFuture<Void>, within limit: TimeAmount) {
         let channel = self
         let deadline = eventLoop.scheduleTask(in: limit) {
-            let reset = (channel as? any SocketOptionProvider)?.setSoLinger(linger(l_onoff: 1, l_linger: 0))
+            let reset =
+                (channel as? any SocketOptionProvider)?.setSoLinger(linger(l_onoff: 1, l_linger: 0))
                 ?? channel.eventLoop.makeSucceededVoidFuture()
             reset.whenComplete { _ in channel.close(promise: nil) }
         }

@@ -51,15 +51,20 @@ final class HubMetrics: Sendable {
         // Made up front, so `/metrics` shows every series at 0 before anything happened.
         subscribers = WireFraming.allCases.map { framing in
             FanoutHub.CountedPhase.allCases.map { phase in
-                Meter(label: "fanout_subscribers", dimensions: [("transport", framing.metricLabel), ("state", phase.label)], factory: factory)
+                Meter(
+                    label: "fanout_subscribers", dimensions: [("transport", framing.metricLabel), ("state", phase.label)], factory: factory)
             }
         }
         ends = WireFraming.allCases.map { framing in
-            Dictionary(uniqueKeysWithValues: EndReason.names.map { reason in
-                (reason, CoreMetrics.Counter(
-                    label: "fanout_subscriber_ends_total",
-                    dimensions: [("transport", framing.metricLabel), ("reason", reason)], factory: factory))
-            })
+            Dictionary(
+                uniqueKeysWithValues: EndReason.names.map { reason in
+                    (
+                        reason,
+                        CoreMetrics.Counter(
+                            label: "fanout_subscriber_ends_total",
+                            dimensions: [("transport", framing.metricLabel), ("reason", reason)], factory: factory)
+                    )
+                })
         }
         eventsCommitted = CoreMetrics.Counter(label: "fanout_events_committed_total", factory: factory)
         deliveries = CoreMetrics.Counter(label: "fanout_deliveries_total", factory: factory)
@@ -77,7 +82,9 @@ final class HubMetrics: Sendable {
                     if count > before { ends[framing.rawValue][reason]?.increment(by: count - before) }
                 }
             }
-            if figures.eventsFannedOut > shown.eventsFannedOut { eventsCommitted.increment(by: figures.eventsFannedOut - shown.eventsFannedOut) }
+            if figures.eventsFannedOut > shown.eventsFannedOut {
+                eventsCommitted.increment(by: figures.eventsFannedOut - shown.eventsFannedOut)
+            }
             if figures.deliveries > shown.deliveries { deliveries.increment(by: figures.deliveries - shown.deliveries) }
             shown = figures
         }

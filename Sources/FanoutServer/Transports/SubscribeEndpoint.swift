@@ -8,7 +8,8 @@ struct SubscribeEndpoint: Sendable {
     static let path = "/subscribe"
 
     /// The answer to a GET of `/subscribe` that asks for no transport the server speaks.
-    static let notAcceptable = APIError(.notAcceptable, "subscribe with a WebSocket upgrade, or with Accept: text/event-stream for Server-Sent Events")
+    static let notAcceptable = APIError(
+        .notAcceptable, "subscribe with a WebSocket upgrade, or with Accept: text/event-stream for Server-Sent Events")
 
     let hub: FanoutHub
     let configuration: ServerConfiguration
@@ -43,7 +44,8 @@ struct SubscribeEndpoint: Sendable {
             return FanoutError(.invalidCarts, "carts must name at least one cart, or be left out for all carts")
         }
         if carts.count > configuration.maxCartsPerSubscription {
-            return FanoutError(.tooManyCarts, "a subscription may name at most \(configuration.maxCartsPerSubscription) carts (got \(carts.count))")
+            return FanoutError(
+                .tooManyCarts, "a subscription may name at most \(configuration.maxCartsPerSubscription) carts (got \(carts.count))")
         }
         do {
             for cart in carts { try CartLimits.checkCartID(cart) }

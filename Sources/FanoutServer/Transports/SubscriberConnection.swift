@@ -34,11 +34,12 @@ final class SubscriberConnection {
         let subscriber = Subscriber(loop: channel.eventLoop, hub: hub, transport: transport)
         self.subscriber = subscriber
         guard hub.connect(subscriber) else { return nil }
-        return .welcome(.init(
-            subscriberID: subscriber.id,
-            heartbeatInterval: configuration.heartbeatInterval.seconds,
-            leaseTTL: configuration.leaseTTL.seconds,
-            latestSeq: hub.latestSeq))
+        return .welcome(
+            .init(
+                subscriberID: subscriber.id,
+                heartbeatInterval: configuration.heartbeatInterval.seconds,
+                leaseTTL: configuration.leaseTTL.seconds,
+                latestSeq: hub.latestSeq))
     }
 
     /// The connection has room again: a live subscriber gets what it missed meanwhile.

@@ -82,12 +82,20 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
             // The client's close frame is answered (RFC 6455 §5.5.1); a vanished one is not.
             startClosing(code: .normalClosure, reason: nil, closeNow: true)
         case .violation(let violation):
-            let (code, error): (WebSocketErrorCode, FanoutError) = switch violation {
-            case .malformedFrame: (.protocolError, FanoutError(.badFrame, "the last frame broke the WebSocket rules"))
-            case .messageTooLarge: (.messageTooLarge, FanoutError(.badFrame, "messages are limited to \(endpoint.configuration.maxMessageSize) bytes in at most \(Self.maxFragments) fragments"))
-            case .binaryMessage: (.policyViolation, FanoutError(.binaryNotSupported, "send JSON text frames, not binary"))
-            case .invalidText: (.dataInconsistentWithMessage, FanoutError(.badFrame, "text frames must be valid UTF-8"))
-            }
+            let (code, error): (WebSocketErrorCode, FanoutError) =
+                switch violation {
+                case .malformedFrame: (.protocolError, FanoutError(.badFrame, "the last frame broke the WebSocket rules"))
+                case .messageTooLarge:
+                    (
+                        .messageTooLarge,
+                        FanoutError(
+                            .badFrame,
+                            "messages are limited to \(endpoint.configuration.maxMessageSize) bytes in at most \(Self.maxFragments) fragments"
+                        )
+                    )
+                case .binaryMessage: (.policyViolation, FanoutError(.binaryNotSupported, "send JSON text frames, not binary"))
+                case .invalidText: (.dataInconsistentWithMessage, FanoutError(.badFrame, "text frames must be valid UTF-8"))
+                }
             if !answeringClose { send(.error(error)) }
             startClosing(code: code, reason: nil, closeNow: true)
         case .leaseExpired, .tooSlow, .serverFull, .shuttingDown, .failed:
@@ -285,9 +293,10 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
             state = .closing(nil)
             channel.close(after: written, within: Self.closeTimeout)
         } else {
-            state = .closing(channel.eventLoop.scheduleTask(in: Self.closeTimeout) {
-                channel.close(promise: nil)
-            })
+            state = .closing(
+                channel.eventLoop.scheduleTask(in: Self.closeTimeout) {
+                    channel.close(promise: nil)
+                })
         }
     }
 
