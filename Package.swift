@@ -26,6 +26,9 @@ let package = Package(
         // `/metrics`: the swift-metrics API, exported in Prometheus text by swift-prometheus.
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        // Already there under PostgresNIO and Hummingbird; named for CartStore's services (the
+        // PostgreSQL pool and follower, run in the server's service group).
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // The cart value types and the wire messages, shared by the store, server and client.
@@ -37,6 +40,7 @@ let package = Package(
                 "FanoutProtocol",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 // NIOLockedValueBox, the package's one lock (see docs/ARCHITECTURE.md).
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],

@@ -1,5 +1,8 @@
 import Foundation
 import GRDB
+import Logging
+import NIOConcurrencyHelpers
+import ServiceLifecycle
 
 /// Shopping carts with a durable event log and weakly held observers, kept in SQLite (one file,
 /// one server) or PostgreSQL (one database, several servers).
@@ -53,10 +56,32 @@ public final class CartStore: Sendable {
         self.init(backend: try SQLiteBackend(writer: writer, commitLimit: commitLimit))
     }
 
-    init(backend: any CartStoreBackend) {
+    /// The engine's services, when the store runs them itself: cancelled by `close`.
+    private let ownServices = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    /// Whether the opener runs the engine's services (`services`).
+    private let servicesRunElsewhere: Bool
+
+    init(backend: any CartStoreBackend, runsItsServices: Bool = true) {
         self.backend = backend
-        // The engine gets a sink, not the store: it holds the store weakly.
+        servicesRunElsewhere = !runsItsServices
+        // The engine gets a sink, not the store: it holds the store weakly. Before its services
+        // run, so that nothing they deliver is missed.
         backend.start(delivering: EventSink { [weak self] event in self?.deliver(event) })
+        let services = backend.services
+        if runsItsServices, !services.isEmpty {
+            var logger = Logger(label: "fanout.store")
+            logger.logLevel = .warning
+            let group = ServiceGroup(configuration: .init(services: services, logger: logger))
+            ownServices.withLockedValue { $0 = Task { try? await group.run() } }
+        }
+    }
+
+    /// The store's long-running parts, for the opener to run in its service group (a server's,
+    /// before anything else that uses the store): on PostgreSQL the connection pool and the
+    /// follower, when opened with `runsItsServices: false`. Empty otherwise: a SQLite store
+    /// needs none, and one that runs its own runs them until `close`.
+    public var services: [any Service] {
+        servicesRunElsewhere ? backend.services : []
     }
 
     /// Whether `location` names a PostgreSQL database (`postgres://…` or `postgresql://…`)
@@ -73,8 +98,19 @@ public final class CartStore: Sendable {
     /// - Throws: `CartStoreError`: `storeUnavailable` when the database cannot be reached or
     ///   written, `notAFanoutDatabase` for a database with another program's tables,
     ///   `schemaTooNew` for one migrated by a newer version.
-    public static func open(postgresURL url: String) async throws -> CartStore {
-        CartStore(backend: try await PostgresBackend.open(url: url))
+    ///
+    /// - Parameter runsItsServices: true (the default), the store runs its connection pool and
+    ///   follower itself until `close`; false, the caller runs `services` in its own service
+    ///   group (as `fanout-server` does), and nothing reaches the database until it does.
+    public static func open(postgresURL url: String, runsItsServices: Bool = true) async throws -> CartStore {
+        CartStore(backend: try await PostgresBackend.open(url: url), runsItsServices: runsItsServices)
+    }
+
+    /// The newest seq delivered to the observers so far, without asking the database: an
+    /// observer added now hears of every event after it (on PostgreSQL, other servers' commits
+    /// since arrive in order).
+    public func deliveredSeq() async throws -> Int64 {
+        try await backend.deliveredSeq()
     }
 
     /// Which engine keeps the data: `sqlite` or `postgresql`.
@@ -94,6 +130,7 @@ public final class CartStore: Sendable {
 
     /// Closes the database. Later calls fail; pending writes have finished when this returns.
     public func close() throws {
+        ownServices.withLockedValue { $0?.cancel() }
         try backend.close()
     }
 }

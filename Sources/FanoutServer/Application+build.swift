@@ -46,7 +46,9 @@ func buildApplication(
 ) async throws -> FanoutServerApp {
     let metrics = ServerMetrics()
     let hub = FanoutHub(
-        store: store, latestSeq: try await store.latestSeq(),
+        // Where the store's deliveries stand, not a query: on PostgreSQL the pool runs only
+        // once the service group does.
+        store: store, latestSeq: try await store.deliveredSeq(),
         settings: .init(
             leaseTTL: .nanoseconds(Int64(configuration.leaseTTL.seconds * 1e9)),
             ringCapacity: configuration.ringSize,
@@ -87,7 +89,9 @@ func buildApplication(
         configuration: .init(
             address: .hostname(configuration.host, port: configuration.port), serverName: "fanout",
             availableConnectionsDelegate: configuration.maxConnections.map { MaximumAvailableConnections($0, logger: logger) }),
-        services: [HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval)],
+        // The store's (PostgreSQL's pool and follower) first: they start before, and stop after,
+        // everything that uses them.
+        services: store.services + [HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval)],
         onServerRunning: { channel in
             await onServerRunning(channel.localAddress?.port ?? configuration.port)
         },

@@ -103,7 +103,8 @@ struct FanoutServerCommand: AsyncParsableCommand {
         let location = configuration.database
         do {
             if CartStore.isPostgresURL(location) {
-                store = try await CartStore.open(postgresURL: location)
+                // Its pool and follower run in the server's service group (`buildApplication`).
+                store = try await CartStore.open(postgresURL: location, runsItsServices: false)
             } else {
                 store = try CartStore(path: location)
             }

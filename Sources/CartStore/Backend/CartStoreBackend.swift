@@ -1,4 +1,5 @@
 import Foundation
+import ServiceLifecycle
 
 /// What a storage engine does for `CartStore`: keep the carts and the event log, and commit
 /// mutations with gap-free seqs. Everything else is the store's and the same for every engine:
@@ -12,6 +13,13 @@ import Foundation
 protocol CartStoreBackend: Sendable {
     /// Starts delivering committed events to `sink` (the store calls it once, when it opens).
     func start(delivering sink: EventSink)
+
+    /// What must run for the engine to work (a connection pool, a follower), in a service group.
+    var services: [any Service] { get }
+
+    /// The newest seq delivered to the sink so far, or about to be (nothing committed before it
+    /// will be delivered again).
+    func deliveredSeq() async throws -> Int64
 
     /// Commits `mutation` durably, or throws and writes nothing.
     func commit(_ mutation: CartMutation) async throws -> CartCommit

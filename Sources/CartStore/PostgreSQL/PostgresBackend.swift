@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import PostgresNIO
+import ServiceLifecycle
 
 /// The PostgreSQL engine (PostgresNIO): the carts and the log in one database that several
 /// servers share, every one of them delivering every commit.
@@ -24,15 +25,11 @@ final class PostgresBackend: CartStoreBackend {
     let follower: PostgresFollower
     let commits: GroupCommit<CartMutation>
     let logger: Logger
-    /// The client's run loop, the LISTEN loop and the poll: cancelled by `close`.
-    private let tasks: NIOLockedValueBox<[Task<Void, Never>]>
 
     /// How often the follower reads the log without being told to.
     static let pollInterval: Duration = .seconds(1)
 
-    private init(
-        location: PostgresLocation, client: PostgresClient, run: Task<Void, Never>, latestSeq: Int64, logger: Logger, commitLimit: Int
-    ) {
+    private init(location: PostgresLocation, client: PostgresClient, latestSeq: Int64, logger: Logger, commitLimit: Int) {
         self.location = location
         self.client = client
         let connections = PostgresConnections(client: client)
@@ -40,10 +37,10 @@ final class PostgresBackend: CartStoreBackend {
         self.logger = logger
         self.commits = GroupCommit(limit: commitLimit)
         self.follower = PostgresFollower(connections: connections, deliveredThrough: latestSeq, logger: logger)
-        self.tasks = NIOLockedValueBox([run])
     }
 
-    /// Connects, migrates, and starts following the log from its newest seq.
+    /// Connects, migrates, and reads where the log stands, on one connection of its own (the
+    /// pool is not running yet: see `services`); the follower will deliver from there.
     ///
     /// - Throws: `storeUnavailable` when the database cannot be reached or used,
     ///   `notAFanoutDatabase`, `schemaTooNew`.
@@ -55,46 +52,45 @@ final class PostgresBackend: CartStoreBackend {
         // started in its task, which is harmless; its errors still show.
         var clientLogger = logger
         clientLogger.logLevel = .error
-        // One connection first, so that a server that is down or refuses us is an error now
-        // rather than requests that wait for the pool to give up.
+        // A server that is down or refuses us is an error now, rather than requests that wait
+        // for the pool to give up.
+        let connection: PostgresConnection
         do {
-            let probe = try await PostgresConnection.connect(
+            connection = try await PostgresConnection.connect(
                 configuration: .init(
                     host: location.host, port: location.port, username: location.username,
                     password: location.password, database: location.database, tls: .disable),
                 id: 0, logger: logger)
-            try await probe.close()
         } catch {
             throw CartStoreError(.storeUnavailable, "cannot connect to \(location.description): \(Self.describe(error))")
         }
-        let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: clientLogger)
-        let run = Task { await client.run() }
+        let latest: Int64
         do {
-            try await PostgresSchema.migrate(client, logger: logger)
-            let latest =
-                try await client.query("SELECT latest FROM event_seq", logger: logger)
-                .collect().first?.decode(Int64.self) ?? 0
-            return PostgresBackend(
-                location: location, client: client, run: run, latestSeq: latest, logger: logger, commitLimit: commitLimit)
+            try await PostgresSchema.migrate(connection, logger: logger)
+            latest = try await connection.query("SELECT latest FROM event_seq", logger: logger).collect().first?.decode(Int64.self) ?? 0
+            try await connection.close()
         } catch {
-            run.cancel()
+            try? await connection.close()
             throw Self.storage(error, at: location)
         }
+        let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: clientLogger)
+        return PostgresBackend(location: location, client: client, latestSeq: latest, logger: logger, commitLimit: commitLimit)
     }
 
-    /// Starts delivering to `sink`: the LISTEN doorbell and the poll.
+    /// The connection pool and the follower (LISTEN doorbell and poll): nothing reaches the
+    /// database until they run, in the server's service group or the store's own.
+    var services: [any Service] { [client, PostgresFollower.Service(follower: follower)] }
+
     func start(delivering sink: EventSink) {
         follower.attach(sink)
-        let follower = self.follower
-        tasks.withLockedValue { tasks in
-            tasks.append(Task { await follower.listen() })
-            tasks.append(Task { await follower.poll(every: Self.pollInterval) })
-        }
     }
 
-    func close() throws {
-        for task in tasks.withLockedValue({ $0 }).reversed() { task.cancel() }
+    func deliveredSeq() async -> Int64 {
+        await follower.delivered
     }
+
+    /// The services stop with the group that runs them.
+    func close() throws {}
 
     func checkWritable() async throws {
         let (inRecovery, readOnly) = try await run {

@@ -12,8 +12,8 @@ enum PostgresSchema {
     /// The advisory lock key of migrations (any constant; "fanout" in ASCII).
     private static let migrationLock: Int64 = 0x66_61_6e_6f_75_74
 
-    static func migrate(_ client: PostgresClient, logger: Logger) async throws {
-        try await client.withTransaction(logger: logger) { connection in
+    static func migrate(_ connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.withTransaction(logger: logger) { connection in
             // Another server may be migrating: wait for it, however long it takes.
             try await connection.query("SET LOCAL lock_timeout = 0", logger: logger)
             try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)

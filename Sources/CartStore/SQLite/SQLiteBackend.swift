@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import NIOConcurrencyHelpers
+import ServiceLifecycle
 
 /// The SQLite engine (GRDB over the system libsqlite3): one file in WAL mode, one writer
 /// connection that commits mutations in batches (`GroupCommit`), readers for snapshots and
@@ -108,6 +109,14 @@ final class SQLiteBackend: CartStoreBackend {
     /// has committed and its events were delivered.
     func start(delivering sink: EventSink) {
         self.sink.withLockedValue { $0 = sink }
+    }
+
+    /// None: the writer is GRDB's, and delivery is its.
+    var services: [any Service] { [] }
+
+    /// Every commit is delivered before the mutation returns: the newest committed.
+    func deliveredSeq() async throws -> Int64 {
+        try await latestSeq()
     }
 
     func commit(_ mutation: CartMutation) async throws -> CartCommit {
