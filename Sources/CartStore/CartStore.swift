@@ -113,6 +113,10 @@ public final class CartStore: Sendable {
         try await backend.deliveredSeq()
     }
 
+    /// Changes queued for the writer now, not yet in a transaction (at most the commit limit,
+    /// 4 096; past it a change is refused as `overloaded`): how far the writer is behind.
+    public var waitingChanges: Int { backend.waitingChanges }
+
     /// Which engine keeps the data: `sqlite` or `postgresql`.
     public var engineName: String {
         backend is PostgresBackend ? "postgresql" : "sqlite"

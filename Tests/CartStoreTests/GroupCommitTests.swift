@@ -64,7 +64,7 @@ struct GroupCommitTests {
                 return all
             }
         }
-        await eventually("60 changes waiting") { store.sqlite.commits.waitingCount == 60 }
+        await eventually("60 changes waiting") { store.waitingChanges == 60 }
         gate.release()
         let results = await outcomes.value
 
@@ -114,7 +114,7 @@ struct GroupCommitTests {
             }
         }
         await eventually("5 waiting, 3 refused") {
-            store.sqlite.commits.waitingCount == 5 && refused.count.load(ordering: .relaxed) == 3
+            store.waitingChanges == 5 && refused.count.load(ordering: .relaxed) == 3
         }
         gate.release()
         await writes.value

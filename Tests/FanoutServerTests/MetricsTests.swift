@@ -39,6 +39,8 @@ struct MetricsTests {
             try await client.execute(uri: "/carts/alice/items", method: .post, body: Self.addApple) { #expect($0.status == .ok) }
             #expect(try await Self.sample("fanout_events_committed_total", in: client) == 1)
             #expect(try await Self.sample("fanout_deliveries_total", in: client) == 0, "nobody subscribed")
+            // Answered, so nothing is left queued for the writer (GroupCommitTests hold it).
+            #expect(try await Self.sample("fanout_changes_waiting", in: client) == 0)
             let timed = ["route": "/carts/{cartID}/items", "method": "POST", "status": "200"]
             #expect(try await Self.sample("fanout_mutation_duration_seconds_count", timed, in: client) == 1)
             #expect(try await Self.sample("fanout_mutation_duration_seconds_sum", timed, in: client) ?? 0 > 0)

@@ -35,6 +35,9 @@ protocol CartStoreBackend: Sendable {
     func pruneEvents(keepingLast count: Int) async throws -> Int
     func pruneEvents(committedBefore date: Date) async throws -> Int
 
+    /// Changes queued for the writer and not yet taken into a transaction.
+    var waitingChanges: Int { get }
+
     /// Throws `storeUnavailable` or `storageFull` when a change could not be written now.
     func checkWritable() async throws
     func close() throws

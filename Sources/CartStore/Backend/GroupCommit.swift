@@ -48,7 +48,8 @@ final class GroupCommit<Work: Sendable>: Sendable {
         }
     }
 
-    var waitingCount: Int { queue.withLockedValue { $0.waiting.count } }
+    /// Mutations queued and not yet taken into a batch.
+    var waiting: Int { queue.withLockedValue { $0.waiting.count } }
 
     /// The next batch; nil (and the drain ends) when nothing waits.
     func nextBatch() -> [Mutation]? {

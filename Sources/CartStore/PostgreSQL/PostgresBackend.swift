@@ -81,6 +81,8 @@ final class PostgresBackend: CartStoreBackend {
     /// database until they run, in the server's service group or the store's own.
     var services: [any Service] { [client, PostgresFollower.Service(follower: follower)] }
 
+    var waitingChanges: Int { commits.waiting }
+
     func start(delivering sink: EventSink) {
         follower.attach(sink)
     }

@@ -111,6 +111,8 @@ final class SQLiteBackend: CartStoreBackend {
         self.sink.withLockedValue { $0 = sink }
     }
 
+    var waitingChanges: Int { commits.waiting }
+
     /// None: the writer is GRDB's, and delivery is its.
     var services: [any Service] { [] }
 

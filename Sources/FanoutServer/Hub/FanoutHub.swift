@@ -44,6 +44,8 @@ final class FanoutHub: CartStoreObserver {
         /// Subscriber connections open now: the subscribers, and ended ones whose connection
         /// is still closing (for a few seconds at most).
         var connections: Int
+        /// Changes queued for the store's writer now (`CartStore.waitingChanges`).
+        var waitingChanges: Int
         /// The store's engine: `sqlite` or `postgresql`.
         var engine: String
         /// How many committed events this server has not yet delivered (the database's newest
@@ -311,6 +313,7 @@ final class FanoutHub: CartStoreObserver {
                 }),
             waitingPolls: longPolls.count,
             connections: openConnections.load(ordering: .relaxed),
+            waitingChanges: store.waitingChanges,
             engine: store.engineName,
             behindBy: nil)
     }

@@ -7,7 +7,7 @@ struct MetricsController: Sendable {
 
     func addRoutes(to router: Router<FanoutRequestContext>) {
         router.get("metrics") { _, _ in
-            metrics.hub.show(hub.figures)
+            metrics.hub.show(hub.figures, waitingChanges: hub.store.waitingChanges)
             return Response(
                 status: .ok,
                 headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],

@@ -44,6 +44,7 @@ final class HubMetrics: Sendable {
     private let ends: [[String: CoreMetrics.Counter]]
     private let eventsCommitted: CoreMetrics.Counter
     private let deliveries: CoreMetrics.Counter
+    private let waitingChanges: Meter
     /// What the counters were advanced to at the last scrape.
     private let shown = NIOLockedValueBox(FanoutHub.Figures())
 
@@ -68,10 +69,12 @@ final class HubMetrics: Sendable {
         }
         eventsCommitted = CoreMetrics.Counter(label: "fanout_events_committed_total", factory: factory)
         deliveries = CoreMetrics.Counter(label: "fanout_deliveries_total", factory: factory)
+        waitingChanges = Meter(label: "fanout_changes_waiting", factory: factory)
     }
 
-    /// Brings the metrics up to `figures`.
-    func show(_ figures: FanoutHub.Figures) {
+    /// Brings the metrics up to `figures`, and the store's queue to `waitingChanges`.
+    func show(_ figures: FanoutHub.Figures, waitingChanges: Int) {
+        self.waitingChanges.set(waitingChanges)
         shown.withLockedValue { shown in
             for framing in WireFraming.allCases {
                 for phase in FanoutHub.CountedPhase.allCases {
