@@ -15,9 +15,14 @@ import NIOHTTP1
 ///   a server that stopped reading. Without `Connection: close` the HTTP server reads the rest
 ///   of the body itself before the next request.
 /// - **A body that trickles** (a byte every few seconds, which resets no idle timer's
-///   patience for long) must have arrived whole `bodyTimeout` after its head: else 408
-///   `request_timeout`, and the connection closes. The head has its own deadline
-///   (`FanoutChannel`, the first request's; the idle timeout, later ones).
+///   patience for long) must have arrived whole `bodyTimeout` after the read that left it
+///   incomplete: else 408 `request_timeout`, and the connection closes. A request whole in one
+///   read (nearly all) arms no timer. The head has its own deadline (`FanoutChannel`, the first
+///   request's; the idle timeout, later ones).
+/// - **A request line `RequestLineGuard` refused** is answered here like a parse error.
+///
+/// Every refusal closes the connection once the answer has left, or 5 s later if the client
+/// does not read it (`Channel.close(after:within:)`).
 ///
 /// It sits right after the request decoder; a WebSocket upgrade removes it with the decoder.
 final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
@@ -31,8 +36,11 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     static let maxDrain = 64 * 1024 * 1024
     /// How long a request's body may take to arrive, from its head: bodies are at most 64 KiB.
     let bodyTimeout: TimeAmount
-    /// Closes a connection whose body is still arriving at `bodyTimeout`.
+    /// Closes a connection whose body is still arriving at `bodyTimeout`; armed only when a
+    /// read ends with the body incomplete.
     private var bodyDeadline: Scheduled<Void>?
+    /// How long a refusal may take to leave before the connection is reset anyway.
+    static let refusalTimeout = TimeAmount.seconds(5)
 
     /// A response has started and not ended: a parse error can then only close.
     private var responding = false
@@ -68,12 +76,6 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
             readingBody = true
             answeredBeforeBody = false
             closeRequested = !head.isKeepAlive
-            bodyDeadline?.cancel()
-            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-            let loopContext = NIOLoopBound(context, eventLoop: context.eventLoop)
-            bodyDeadline = context.eventLoop.scheduleTask(in: bodyTimeout) {
-                handler.value.bodyTimedOut(context: loopContext.value)
-            }
         case .body(let body):
             if draining {
                 drained += body.readableBytes
@@ -116,17 +118,26 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
+        if readingBody, bodyDeadline == nil, !failed {
+            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let loopContext = NIOLoopBound(context, eventLoop: context.eventLoop)
+            bodyDeadline = context.eventLoop.scheduleTask(in: bodyTimeout) {
+                handler.value.bodyTimedOut(context: loopContext.value)
+            }
+        }
         // The HTTP server reads no more once it answered; the body is read here meanwhile.
         if draining { context.read() }
         context.fireChannelReadComplete()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        guard let error = error as? HTTPParserError else {
+        if let error = error as? HTTPParserError {
+            refuse(context: context, with: Self.answer(to: error))
+        } else if let refused = error as? RequestLineGuard.Refused {
+            refuse(context: context, with: refused.answer)
+        } else {
             context.fireErrorCaught(error)
-            return
         }
-        refuse(context: context, with: Self.answer(to: error))
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
@@ -158,8 +169,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
         let head = HTTPResponseHead(version: .http1_1, status: .init(statusCode: error.status.code), headers: headers)
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
-        let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+        context.channel.close(after: context.writeAndFlush(wrapOutboundOut(.end(nil))), within: Self.refusalTimeout)
     }
 
     /// The status and error that fit a parse error.

@@ -1,5 +1,4 @@
 import NIOCore
-import NIOHTTP1
 
 /// Reads a request's first line before NIO's HTTP decoder does, for the two refusals the decoder
 /// would word wrongly: a request target longer than `RequestGuard.maxURILength` is 414 however
@@ -9,7 +8,8 @@ import NIOHTTP1
 /// It looks at a request line only, byte by byte, and passes everything on as it came;
 /// `RequestGuard` tells it when a request has ended, so the next line is looked at too. (A
 /// second request sent before the first was read, pipelined in the same packet, is left to the
-/// decoder.) A WebSocket upgrade or an event stream removes it with the HTTP handlers.
+/// decoder.) A refusal is answered by `RequestGuard`, like the decoder's errors. A WebSocket
+/// upgrade or an event stream removes it with the HTTP handlers.
 final class RequestLineGuard: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -57,17 +57,16 @@ final class RequestLineGuard: ChannelInboundHandler, RemovableChannelHandler {
         context.fireChannelRead(data)
     }
 
-    /// Answers with the JSON error, as the HTTP encoder would have written it, and closes. It is
-    /// the pipeline's first handler, so what it writes goes to the socket as it is.
-    private func refuse(_ context: ChannelHandlerContext, _ error: APIError) {
+    /// Why a request line was refused: `RequestGuard`, after the decoder, answers it as it
+    /// answers the decoder's own errors.
+    struct Refused: Error {
+        let answer: APIError
+    }
+
+    /// Reads nothing more, and hands the refusal to `RequestGuard` (the error passes the
+    /// decoder, which has seen none of the refused line's last bytes).
+    private func refuse(_ context: ChannelHandlerContext, _ answer: APIError) {
         refused = true
-        let body = (try? error.body()) ?? ByteBuffer()
-        let status = HTTPResponseStatus(statusCode: error.status.code)
-        var answer = ByteBuffer(
-            string: "HTTP/1.1 \(status.code) \(status.reasonPhrase)\r\n"
-                + "Content-Type: \(APIError.contentType)\r\nContent-Length: \(body.readableBytes)\r\nConnection: close\r\n\r\n")
-        answer.writeImmutableBuffer(body)
-        let channel = context.channel
-        context.writeAndFlush(NIOAny(answer)).whenComplete { _ in channel.close(promise: nil) }
+        context.fireErrorCaught(Refused(answer: answer))
     }
 }

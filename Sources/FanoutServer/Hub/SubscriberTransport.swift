@@ -28,23 +28,3 @@ protocol SubscriberTransport: AnyObject {
     /// Closes the connection for `reason`, saying so in the transport's terms, once.
     func close(for reason: EndReason)
 }
-
-extension Channel {
-    /// Closes the connection once `written` has left, or after `limit` if it has not: a client
-    /// that stopped reading cannot hold an ended subscriber's connection (its descriptor and its
-    /// kernel buffers) open. What was still unsent is dropped: at the deadline the connection
-    /// is reset (`SO_LINGER` 0), so the kernel does not go on holding and retrying it either.
-    func close(after written: EventLoopFuture<Void>, within limit: TimeAmount) {
-        let channel = self
-        let deadline = eventLoop.scheduleTask(in: limit) {
-            let reset =
-                (channel as? any SocketOptionProvider)?.setSoLinger(linger(l_onoff: 1, l_linger: 0))
-                ?? channel.eventLoop.makeSucceededVoidFuture()
-            reset.whenComplete { _ in channel.close(promise: nil) }
-        }
-        written.whenComplete { _ in
-            deadline.cancel()
-            channel.close(promise: nil)
-        }
-    }
-}

@@ -28,8 +28,8 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
 
     private enum State {
         case open
-        /// A close frame was sent; the channel closes on the client's close frame, or at the
-        /// timeout.
+        /// A close frame was sent; the channel closes on the client's close frame, or is reset at
+        /// the timeout (`Channel.reset`).
         case closing(Scheduled<Void>?)
         case closed
     }
@@ -293,10 +293,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
             state = .closing(nil)
             channel.close(after: written, within: Self.closeTimeout)
         } else {
-            state = .closing(
-                channel.eventLoop.scheduleTask(in: Self.closeTimeout) {
-                    channel.close(promise: nil)
-                })
+            state = .closing(channel.eventLoop.scheduleTask(in: Self.closeTimeout) { channel.reset() })
         }
     }
 
