@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import NIOConcurrencyHelpers
 import ServiceLifecycle
+import Synchronization
 
 /// The SQLite engine (GRDB over the system libsqlite3): one file in WAL mode, one writer
 /// connection that commits mutations in batches (`GroupCommit`), readers for snapshots and
@@ -17,8 +18,8 @@ final class SQLiteBackend: CartStoreBackend {
     private let fileLock: DatabaseFileLock?
     /// Why the last batch could not be written for want of room (`storageFull`), until a write
     /// commits again. A probe that rolls back needs no room, so without this `/healthz` would
-    /// say yes on a full disk while every write is refused.
-    private let lackOfRoom = NIOLockedValueBox<CartStoreError?>(nil)
+    /// say yes on a full disk while every write is refused. Read and written on the writer only.
+    private let lacksRoom = Atomic<Bool>(false)
     /// Where committed events go (`start`).
     private let sink = NIOLockedValueBox<EventSink?>(nil)
 
@@ -61,11 +62,11 @@ final class SQLiteBackend: CartStoreBackend {
 
     func checkWritable() async throws {
         try await writer.writeWithoutTransaction { db in
-            guard lackOfRoom.withLockedValue({ $0 }) != nil else { return try Self.probeWrite(db) }
+            guard lacksRoom.load(ordering: .relaxed) else { return try Self.probeWrite(db) }
             // Only a write that commits tells whether there is room again.
             Self.shrinkLog(db)
             try Self.probeWrite(db, committed: true)
-            lackOfRoom.withLockedValue { $0 = nil }
+            lacksRoom.store(false, ordering: .relaxed)
         }
     }
 
@@ -158,8 +159,8 @@ final class SQLiteBackend: CartStoreBackend {
                 if case .failure(let error) = outcome { noteLackOfRoom(error, db) }
                 mutation.caller.resume(with: outcome)
             }
-            if outcomes.contains(where: { (try? $0.get()) != nil }) {
-                lackOfRoom.withLockedValue { $0 = nil }
+            if lacksRoom.load(ordering: .relaxed), outcomes.contains(where: { (try? $0.get()) != nil }) {
+                lacksRoom.store(false, ordering: .relaxed)
             }
         }
         // Still draining (the flag stays set): carry on after whatever else waits.
@@ -168,8 +169,8 @@ final class SQLiteBackend: CartStoreBackend {
 
     /// Remembers a write refused for want of room, and gives the log's room back to the disk.
     private func noteLackOfRoom(_ error: any Error, _ db: Database) {
-        guard let error = error as? CartStoreError, error.code == .storageFull else { return }
-        lackOfRoom.withLockedValue { $0 = error }
+        guard (error as? CartStoreError)?.code == .storageFull else { return }
+        lacksRoom.store(true, ordering: .relaxed)
         Self.shrinkLog(db)
     }
 
