@@ -13,12 +13,6 @@ public struct ErrorResponse: Codable, Sendable, Hashable {
         self.init(code: error.code.rawValue, message: error.message, details: error.details)
     }
 
-    /// The error as the rest of fanout speaks it; nil for a code this version does not know
-    /// (a newer server's).
-    public var fanoutError: FanoutError? {
-        FanoutErrorCode(rawValue: error.code).map { FanoutError($0, error.message, details: error.details) }
-    }
-
     public struct Detail: Sendable, Hashable {
         /// Stable and machine-readable, like `cart_not_found` (`FanoutErrorCode` lists them;
         /// kept as text so that a newer server's code still decodes).
