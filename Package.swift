@@ -7,6 +7,8 @@ let package = Package(
     products: [
         .library(name: "CartStore", targets: ["CartStore"]),
         .library(name: "FanoutProtocol", targets: ["FanoutProtocol"]),
+        .library(name: "FanoutClient", targets: ["FanoutClient"]),
+        .library(name: "WeakObservers", targets: ["WeakObservers"]),
         .executable(name: "fanout-server", targets: ["FanoutServer"]),
         .executable(name: "fanout-client", targets: ["fanout-client"]),
     ],
@@ -33,11 +35,28 @@ let package = Package(
     targets: [
         // The cart value types and the wire messages, shared by the store, server and client.
         .target(name: "FanoutProtocol"),
+        // The weak observer set (the multicast delegate) that CartStore and FanoutClient share.
+        .target(name: "WeakObservers", dependencies: [.product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
+        // A remote cart store: a live replica of a fanout-server's carts, observed like a
+        // CartStore. Foundation and SwiftNIO only, so that apps on every platform can import it.
+        .target(
+            name: "FanoutClient",
+            dependencies: [
+                "FanoutProtocol",
+                "WeakObservers",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
+        ),
         .target(name: "ProcessSignals"),
         .target(
             name: "CartStore",
             dependencies: [
                 "FanoutProtocol",
+                "WeakObservers",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

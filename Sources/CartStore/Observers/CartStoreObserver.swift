@@ -1,3 +1,5 @@
+import WeakObservers
+
 /// An in-process observer of a `CartStore`, held weakly by the store.
 ///
 /// Register with `store.observers.add(observer)` (optionally with a delivery queue) and keep
@@ -29,4 +31,14 @@ public struct CartChangeProposal: Sendable, Hashable {
     public var before: Cart
     /// The cart as it will be if the change commits.
     public var after: Cart
+}
+
+/// The observers of a `CartStore`, held weakly (`WeakObserverSet`, shared with FanoutClient).
+public typealias ObserverSet = WeakObserverSet<WeakCartStoreObserver>
+
+/// How `ObserverSet` holds a `CartStoreObserver`: weakly.
+public struct WeakCartStoreObserver: WeakObserverReference {
+    public weak var observer: (any CartStoreObserver)?
+    public init(_ observer: any CartStoreObserver) { self.observer = observer }
+    public static func identity(of observer: any CartStoreObserver) -> ObjectIdentifier { ObjectIdentifier(observer) }
 }

@@ -5,6 +5,12 @@ import Synchronization
 
 /// A set of observers held weakly: the multicast delegate of iOS apps, done natively for Linux.
 ///
+/// Generic over how one observer is held (`WeakObserverReference`): Swift cannot declare a
+/// `weak` property of a generic type, even one that will be a class-bound protocol's existential,
+/// so each observer protocol brings a four-line struct with a `weak var` of its own type (see
+/// `WeakObserverReference`). `CartStore.observers` and FanoutClient's `RemoteCartStore` are both
+/// this set.
+///
 /// An observer that is released drops out by itself; nobody has to unregister it. Explicit
 /// `remove` also works, and once it returns the observer gets no further callback, not even one
 /// already queued on its delivery queue.
@@ -19,17 +25,17 @@ import Synchronization
 /// observer. A change made while a notification holds the snapshot copies the array once; later
 /// changes before the next notification are O(1) again. Dead observers found while notifying are
 /// swept after the notification, so they cost nothing afterwards.
-public final class ObserverSet: Sendable {
-    /// Swift cannot hold a protocol existential weakly through a generic parameter, so the set
-    /// is specific to the store's observer protocol.
-    public typealias Observer = any CartStoreObserver
+public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
+    public typealias Observer = Reference.Observer
 
     /// One registration. A class, so that `remove` can mark it dead for snapshots and queued
     /// deliveries that still hold it.
     final class Registration: Sendable {
-        weak let observer: Observer?
+        let reference: Reference
         let queue: DispatchQueue?
         let id: ObjectIdentifier
+        /// What the observer asked for when it was added (`Void` for a set without a filter).
+        let interest: Reference.Interest
         let isRemoved = Atomic<Bool>(false)
         /// Held while the observer is being called, so that `remove` can wait for a call under
         /// way on another thread. Recursive, so that an observer may remove itself (or be removed
@@ -37,11 +43,15 @@ public final class ObserverSet: Sendable {
         /// `NIOLockedValueBox`, which cannot be re-entered.
         let calling = NSRecursiveLock()
 
-        init(_ observer: Observer, queue: DispatchQueue?) {
-            self.observer = observer
+        init(_ observer: Observer, queue: DispatchQueue?, interest: Reference.Interest) {
+            self.reference = Reference(observer)
             self.queue = queue
-            self.id = ObjectIdentifier(observer)
+            self.id = Reference.identity(of: observer)
+            self.interest = interest
         }
+
+        @inline(__always)
+        var observer: Observer? { reference.observer }
 
         /// The observer, if it is still alive and registered.
         @inline(__always)
@@ -105,8 +115,14 @@ public final class ObserverSet: Sendable {
     /// delivery queue; it is never notified twice.
     ///
     /// - Parameter queue: a serial queue to deliver on, in order; `nil` delivers synchronously.
-    public func add(_ observer: Observer, queue: DispatchQueue? = nil) {
-        let registration = Registration(observer, queue: queue)
+    public func add(_ observer: Observer, queue: DispatchQueue? = nil) where Reference.Interest == Void {
+        add(observer, queue: queue, interest: ())
+    }
+
+    /// Adds `observer` with what it is interested in: `notify` hands each observer's interest to
+    /// its caller, who decides.
+    public func add(_ observer: Observer, queue: DispatchQueue? = nil, interest: Reference.Interest) {
+        let registration = Registration(observer, queue: queue, interest: interest)
         state.withLockedValue { state in
             if let index = state.slotByID[registration.id] {
                 // Same identity: either this observer again, or a new object at the address of a
@@ -126,7 +142,7 @@ public final class ObserverSet: Sendable {
     /// holding something its callback waits on); one running on this thread, the observer
     /// removing itself from its own callback, is not.
     public func remove(_ observer: Observer) {
-        let id = ObjectIdentifier(observer)
+        let id = Reference.identity(of: observer)
         let removed: Registration? = state.withLockedValue { state in
             guard let index = state.slotByID[id] else { return nil }
             defer { state.remove(at: index) }
@@ -139,8 +155,9 @@ public final class ObserverSet: Sendable {
     /// Whether `observer` is in the set.
     public func contains(_ observer: Observer) -> Bool {
         state.withLockedValue { state in
-            guard let index = state.slotByID[ObjectIdentifier(observer)] else { return false }
-            return state.registrations[index].observer === observer
+            let id = Reference.identity(of: observer)
+            guard let index = state.slotByID[id], let current = state.registrations[index].observer else { return false }
+            return Reference.identity(of: current) == id
         }
     }
 
@@ -157,30 +174,58 @@ public final class ObserverSet: Sendable {
     /// Observers with a queue are called later, in the order of `notify` calls; the observer is
     /// skipped if it was released or removed by then.
     public func notify(_ body: @escaping @Sendable (Observer) -> Void) {
+        notify(where: { _ in true }, body)
+    }
+
+    /// Calls `body` for every live observer whose interest `include` accepts, as `notify(_:)`.
+    public func notify(where include: (Reference.Interest) -> Bool, _ body: @escaping @Sendable (Observer) -> Void) {
         let registrations = snapshot()
         // Iterating the buffer borrows each registration instead of retaining it: with weak
         // loads already the bulk of a delivery, that retain/release pair is worth avoiding.
         let sawDead = registrations.withUnsafeBufferPointer { buffer in
             var sawDead = false
-            for registration in buffer {
+            for registration in buffer where include(registration.interest) {
                 guard let observer = registration.liveObserver else {
                     sawDead = true
                     continue
                 }
-                if let queue = registration.queue {
-                    queue.async {
-                        if let observer = registration.liveObserver {
-                            registration.call(observer, body)
-                        }
-                    }
-                } else {
-                    registration.call(observer, body)
-                }
+                Self.deliver(to: registration, observer, body)
             }
             return sawDead
         }
         if sawDead {
             sweep()
+        }
+    }
+
+    /// Calls `body` for `observer` alone, as `notify` would (on its queue, in order with the
+    /// notifications before and after): a newcomer's first state, say. Nothing if it is not in
+    /// the set.
+    public func notify(only observer: Observer, _ body: @escaping @Sendable (Observer) -> Void) {
+        let id = Reference.identity(of: observer)
+        let registration = state.withLockedValue { state in state.slotByID[id].map { state.registrations[$0] } }
+        guard let registration, let live = registration.liveObserver else { return }
+        Self.deliver(to: registration, live, body)
+    }
+
+    @inline(__always)
+    private static func deliver(to registration: Registration, _ observer: Observer, _ body: @escaping @Sendable (Observer) -> Void) {
+        if let queue = registration.queue {
+            queue.async {
+                if let observer = registration.liveObserver {
+                    registration.call(observer, body)
+                }
+            }
+        } else {
+            registration.call(observer, body)
+        }
+    }
+
+    /// The interests of the live observers (released ones are swept first).
+    public var interests: [Reference.Interest] {
+        state.withLockedValue { state in
+            state.sweep()
+            return state.registrations.map(\.interest)
         }
     }
 
@@ -201,4 +246,26 @@ public final class ObserverSet: Sendable {
     private func sweep() {
         state.withLockedValue { $0.sweep() }
     }
+}
+
+/// How a `WeakObserverSet` holds one observer: a struct with a `weak var` of the observer
+/// protocol's existential, which only the protocol's own module can write:
+///
+/// ```swift
+/// public struct WeakCartStoreObserver: WeakObserverReference {
+///     public weak var observer: (any CartStoreObserver)?
+///     public init(_ observer: any CartStoreObserver) { self.observer = observer }
+///     public static func identity(of observer: any CartStoreObserver) -> ObjectIdentifier { ObjectIdentifier(observer) }
+/// }
+/// ```
+public protocol WeakObserverReference: Sendable {
+    associatedtype Observer
+    /// What an observer says it wants when it is added; `Void` when every observer gets every
+    /// notification.
+    associatedtype Interest: Sendable = Void
+    init(_ observer: Observer)
+    /// The observer, or nil once it was released.
+    var observer: Observer? { get }
+    /// The observer object's identity.
+    static func identity(of observer: Observer) -> ObjectIdentifier
 }
