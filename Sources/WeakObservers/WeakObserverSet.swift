@@ -174,11 +174,14 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
     /// Observers with a queue are called later, in the order of `notify` calls; the observer is
     /// skipped if it was released or removed by then.
     public func notify(_ body: @escaping @Sendable (Observer) -> Void) {
-        notify(where: { _ in true }, body)
+        notify(where: { _ in true }) { observer, _ in body(observer) }
     }
 
-    /// Calls `body` for every live observer whose interest `include` accepts, as `notify(_:)`.
-    public func notify(where include: (Reference.Interest) -> Bool, _ body: @escaping @Sendable (Observer) -> Void) {
+    /// Calls `body` for every live observer whose interest `include` accepts, as `notify(_:)`,
+    /// with that interest. `include` runs now, on this thread, once per registration.
+    public func notify(
+        where include: (Reference.Interest) -> Bool, _ body: @escaping @Sendable (Observer, Reference.Interest) -> Void
+    ) {
         let registrations = snapshot()
         // Iterating the buffer borrows each registration instead of retaining it: with weak
         // loads already the bulk of a delivery, that retain/release pair is worth avoiding.
@@ -205,19 +208,21 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
         let id = Reference.identity(of: observer)
         let registration = state.withLockedValue { state in state.slotByID[id].map { state.registrations[$0] } }
         guard let registration, let live = registration.liveObserver else { return }
-        Self.deliver(to: registration, live, body)
+        Self.deliver(to: registration, live) { observer, _ in body(observer) }
     }
 
     @inline(__always)
-    private static func deliver(to registration: Registration, _ observer: Observer, _ body: @escaping @Sendable (Observer) -> Void) {
+    private static func deliver(
+        to registration: Registration, _ observer: Observer, _ body: @escaping @Sendable (Observer, Reference.Interest) -> Void
+    ) {
         if let queue = registration.queue {
             queue.async {
                 if let observer = registration.liveObserver {
-                    registration.call(observer, body)
+                    registration.call(observer) { body($0, registration.interest) }
                 }
             }
         } else {
-            registration.call(observer, body)
+            registration.call(observer) { body($0, registration.interest) }
         }
     }
 

@@ -4,31 +4,33 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 
-/// One connection of `subscribe --transport sse`: `GET /subscribe` with
-/// `Accept: text/event-stream` and `Last-Event-ID` (the last printed seq), read and printed
-/// until the server ends the stream. The session around it reconnects and resumes, as for a
-/// WebSocket.
-struct EventStreamConnection {
+/// One event stream: `GET /subscribe` with `Accept: text/event-stream` and `Last-Event-ID`,
+/// read until the server ends it.
+struct EventStreamLink {
     /// `http://host:port/subscribe?carts=…`
     let url: URL
     let token: String?
     let lastEventID: Int64?
-    let printer: EventPrinter
-    let received: MessageCounter
 
-    /// The longest line taken: far above any the server sends.
-    static let maxLine = SubscriberSession.maxMessageSize
-
-    func run() async throws {
-        guard let host = url.host else { throw ClientFailure("bad URL \(url)") }
+    /// Runs the stream, handing each event's data to `handle`, until the server ends it.
+    ///
+    /// - Throws: `RemoteStoreError`: `refused` when the server answered with an error,
+    ///   `unreachable` when no connection could be made or it broke.
+    func run(_ handle: (String) async throws -> Void) async throws {
+        guard let host = url.host else { throw RemoteStoreError.unexpectedAnswer("bad URL \(url)") }
         let port = url.port ?? 80
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connect(host: host, port: port) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                    return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
+        let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
+        do {
+            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(host: host, port: port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
+                    }
                 }
-            }
+        } catch {
+            throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
+        }
         var headers = HTTPHeaders([("Host", "\(host):\(port)"), ("Accept", "text/event-stream")])
         if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }
         if let lastEventID { headers.add(name: "Last-Event-ID", value: "\(lastEventID)") }
@@ -37,62 +39,34 @@ struct EventStreamConnection {
         try await channel.executeThenClose { inbound, outbound in
             try await outbound.write(.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: headers)))
             try await outbound.write(.end(nil))
-            var parser = EventStreamParser(maxLine: Self.maxLine)
-            var refusal: (status: HTTPResponseStatus, body: String)?
+            var parser = EventStreamParser(maxLine: WebSocketLink.maxMessageSize)
+            var refusal: (status: Int, body: [UInt8])?
             for try await part in inbound {
                 switch part {
                 case .head(let head) where head.status != .ok:
-                    refusal = (head.status, "")
+                    refusal = (Int(head.status.code), [])
                 case .head:
                     break
                 case .body(let buffer):
                     if refusal != nil {
-                        refusal?.body += String(buffer: buffer)
+                        // An error answer is small; a long one is cut, not kept whole.
+                        if refusal!.body.count < 64 << 10 { refusal?.body += buffer.readableBytesView }
                         continue
                     }
-                    for event in try parser.feed(buffer) { try handle(event) }
+                    for event in try parser.feed(buffer) { try await handle(event.data) }
                 case .end:
-                    if let refusal { throw Self.failure(refusal.status, refusal.body) }
+                    if let refusal { throw RemoteStoreError.answer(status: refusal.status, body: refusal.body) }
                     return
                 }
             }
         }
     }
-
-    private func handle(_ event: EventStreamParser.Event) throws {
-        let message: ServerMessage
-        do {
-            message = try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(event.data.utf8))
-        } catch {
-            throw ProtocolViolation(description: "an event's data is not a server message: \(event.data.prefix(80))")
-        }
-        received.increment()
-        try printer.handle(message, raw: event.data)
-    }
-
-    /// A refused stream: what retrying cannot fix (the token, the origin, a bad value) ends the
-    /// program; what may pass (a full, restarting or failing server) is retried. The server's
-    /// error code decides; without one (an answer from something in between), a 5xx is retried.
-    static func failure(_ status: HTTPResponseStatus, _ body: String) -> any Error {
-        let answer = try? FanoutJSON.decoder().decode(ErrorResponse.self, from: Data(body.utf8))
-        let detail = answer.map { "\($0.error.code): \($0.error.message)" } ?? "\(status.code)"
-        let code = answer.flatMap { FanoutErrorCode(rawValue: $0.error.code) }
-        guard code?.isRetryable ?? (status.code >= 500) else {
-            return ClientFailure("the server refused the event stream (\(status.code) \(detail))", code: code)
-        }
-        return StreamRefused(description: "\(status.code) \(detail)")
-    }
-}
-
-/// A stream the server refused for now (503 and the like): retried.
-struct StreamRefused: Error, CustomStringConvertible {
-    let description: String
 }
 
 /// Splits a `text/event-stream` body into events (the HTML standard's parsing, for the fields
 /// the server sends: `id`, `event`, `data`; comments and `retry` are skipped).
 struct EventStreamParser {
-    struct Event: Equatable {
+    struct Event: Equatable, Sendable {
         var id: String?
         var name = "message"
         var data = ""
@@ -113,7 +87,7 @@ struct EventStreamParser {
         for byte in buffer.readableBytesView {
             guard byte == UInt8(ascii: "\n") else {
                 line.append(byte)
-                if line.count > maxLine { throw ProtocolViolation(description: "a stream line longer than \(maxLine) bytes") }
+                if line.count > maxLine { throw RemoteStoreError.unexpectedAnswer("a stream line longer than \(maxLine) bytes") }
                 continue
             }
             if line.last == UInt8(ascii: "\r") { line.removeLast() }

@@ -1,0 +1,130 @@
+import FanoutProtocol
+import Foundation
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// A fanout-server's HTTP API: the carts as they are now, and typed writes. Bodies and answers
+/// are FanoutProtocol's types, the ones the server encodes; a refusal is a `RemoteStoreError`
+/// carrying the server's error code.
+public struct CartServerAPI: Sendable {
+    /// `http://host:port`
+    public let baseURL: URL
+    let credentials: Credentials
+
+    public init(baseURL: URL, credentials: Credentials = .none) {
+        self.baseURL = baseURL
+        self.credentials = credentials
+    }
+
+    /// What a write answers: the cart after it, the seq of its event, and how many subscribers
+    /// of the server it was queued to.
+    public typealias WriteResult = MutationResponse
+
+    /// Every cart, and the seq they reflect.
+    public func carts() async throws -> CartsResponse {
+        try await send("GET", "/carts", as: CartsResponse.self)
+    }
+
+    /// One cart, and the seq it reflects. Throws `cart_not_found` for a cart without events.
+    public func cart(_ id: String) async throws -> CartResponse {
+        try await send("GET", "/carts/\(try Self.segment(id))", as: CartResponse.self)
+    }
+
+    /// Adds `quantity` of `sku` to the cart (creating the line, or the cart).
+    ///
+    /// - Parameter expectedVersion: the version the cart must be at (0: must not exist yet).
+    public func addItem(
+        _ sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil, to cartID: String, expectedVersion: Int64? = nil
+    ) async throws -> WriteResult {
+        let body = AddItemRequest(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name)
+        return try await send(
+            "POST", "/carts/\(try Self.segment(cartID))/items", body: body, expectedVersion: expectedVersion, as: WriteResult.self)
+    }
+
+    /// Sets the quantity of a line (0 removes it).
+    public func setQuantity(of sku: String, to quantity: Int, in cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult {
+        try await send(
+            "PATCH", "/carts/\(try Self.segment(cartID))/items/\(try Self.segment(sku, isSKU: true))",
+            body: SetQuantityRequest(quantity: quantity), expectedVersion: expectedVersion, as: WriteResult.self)
+    }
+
+    /// Removes a line.
+    public func removeItem(_ sku: String, from cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult {
+        try await send(
+            "DELETE", "/carts/\(try Self.segment(cartID))/items/\(try Self.segment(sku, isSKU: true))", expectedVersion: expectedVersion,
+            as: WriteResult.self)
+    }
+
+    /// Empties a cart.
+    public func clear(_ cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult {
+        try await send("DELETE", "/carts/\(try Self.segment(cartID))", expectedVersion: expectedVersion, as: WriteResult.self)
+    }
+
+    /// Sends a request and decodes the answer of a 2xx.
+    ///
+    /// - Parameter expectedVersion: sent as `If-Match`.
+    /// - Throws: `RemoteStoreError`.
+    func send<Answer: Decodable>(
+        _ method: String, _ path: String, body: (any Encodable)? = nil, expectedVersion: Int64? = nil, as answer: Answer.Type
+    ) async throws -> Answer {
+        guard let url = URL(string: path, relativeTo: baseURL) else {
+            throw RemoteStoreError.unexpectedAnswer("cannot build a URL from \(baseURL) and \(path)")
+        }
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        if let token = try await credentials.token() { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let expectedVersion { request.setValue("\(expectedVersion)", forHTTPHeaderField: "If-Match") }
+        if let body {
+            request.httpBody = try FanoutJSON.encoder().encode(body)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let data: Data
+        let response: URLResponse
+        do {
+            (data, response) = try await URLSession.shared.data(for: request)
+        } catch {
+            throw RemoteStoreError.unreachable("cannot reach \(baseURL.absoluteString): \(error.localizedDescription)")
+        }
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        guard (200..<300).contains(status) else {
+            throw RemoteStoreError.answer(status: status, body: Array(data))
+        }
+        do {
+            return try FanoutJSON.decoder().decode(Answer.self, from: data)
+        } catch {
+            throw RemoteStoreError.unexpectedAnswer("the answer to \(method) \(path) is not what fanout-server sends: \(error)")
+        }
+    }
+
+    /// A cart id or SKU as a path segment: checked against the server's rules first (they allow
+    /// nothing that needs escaping), so a bad one is refused here, unsent.
+    static func segment(_ text: String, isSKU: Bool = false) throws(RemoteStoreError) -> String {
+        do {
+            if isSKU { try CartLimits.checkSKU(text) } else { try CartLimits.checkCartID(text) }
+        } catch {
+            throw .invalid(error)
+        }
+        return text
+    }
+
+    /// One cart as it is now; a cart without events is empty at version 0.
+    func currentCart(_ id: String) async throws -> Cart {
+        do {
+            return try await cart(id).cart
+        } catch let error as RemoteStoreError where error.code == .cartNotFound {
+            return Cart(id: id)
+        }
+    }
+}
+
+extension CartServerAPI {
+    /// `ws://host:port/subscribe` for `http://host:port` (`wss` for `https`).
+    var subscribeURL: URL? {
+        guard var components = URLComponents(url: baseURL, resolvingAgainstBaseURL: false) else { return nil }
+        components.scheme = components.scheme == "https" ? "wss" : "ws"
+        components.path = "/subscribe"
+        return components.url
+    }
+}

@@ -1,0 +1,343 @@
+import FanoutProtocol
+import Foundation
+import NIOConcurrencyHelpers
+
+/// A subscription to a fanout-server that outlives its connections: connect, subscribe after
+/// the resume position, heartbeat, hand over every message; on any disconnect, back off (with
+/// jitter) and do it again. Every event once, in seq order, across disconnects.
+///
+/// This is the layer under `RemoteCartStore`, for programs that want the messages themselves
+/// (`fanout-client subscribe` prints them). The handler is called for one message at a time,
+/// in order; it advances the resume position itself (`ResumePosition`), so that acting on a
+/// message and recording it can be one step.
+public struct FanoutSubscription: Sendable {
+    /// How the subscription travels.
+    public enum Transport: String, Sendable, CaseIterable {
+        /// A WebSocket to `/subscribe` (the default): heartbeats keep the lease.
+        case webSocket = "websocket"
+        /// Server-Sent Events from `/subscribe`, for networks a WebSocket cannot pass.
+        case serverSentEvents = "sse"
+    }
+
+    /// What one connection asks for: which carts (nil: all) and after which seq (nil: from a
+    /// snapshot).
+    public struct Plan: Sendable, Hashable {
+        public var carts: [String]?
+        public var since: Int64?
+
+        public init(carts: [String]?, since: Int64?) {
+            self.carts = carts
+            self.since = since
+        }
+    }
+
+    /// What the handler is told.
+    public enum Update: Sendable {
+        /// A connection is being made for `plan`.
+        case connecting(Plan)
+        /// The server accepted the subscription.
+        case welcome(ServerMessage.Welcome)
+        /// A whole snapshot (its parts put together), and why it was sent; events after its
+        /// seq follow.
+        case snapshot(CartSnapshot, reason: SnapshotReason)
+        /// One part of a snapshot as it arrived (`raw` is its text): for programs that show
+        /// parts; `snapshot` follows the last.
+        case snapshotPart(carts: [Cart], seq: Int64, reason: SnapshotReason, more: Bool, raw: String)
+        /// An event, with the text it came in.
+        case event(CartEvent, raw: String)
+        /// The server reported an error on the open subscription.
+        case serverError(code: String, message: String)
+        /// The connection ended; another follows after `retryIn`.
+        case disconnected(why: String, retryIn: Duration)
+        /// The server refused the credentials (or the origin): no retry until `retryIn` has
+        /// passed or the plan changes (`reconsider`).
+        case refused(RemoteStoreError, retryIn: Duration)
+    }
+
+    let api: CartServerAPI
+    let transport: Transport
+
+    /// - Parameter server: `http://host:port` of the fanout-server.
+    public init(server: URL, transport: Transport = .webSocket, credentials: Credentials = .none) {
+        api = CartServerAPI(baseURL: server, credentials: credentials)
+        self.transport = transport
+    }
+
+    /// How long a refused subscription waits before it asks again (a token provider may have
+    /// a fresh token by then): refusals never become a retry storm.
+    public static let refusalPause: Duration = .seconds(30)
+
+    /// Runs until cancelled (or `plan` throws).
+    ///
+    /// - Parameters:
+    ///   - plan: asked before each connection; nil means nothing to subscribe to: no
+    ///     connection until `reconsider` yields.
+    ///   - reconsider: each element ends the current connection (or pause) and asks `plan`
+    ///     again: the interest changed.
+    ///   - handle: called with each update, in order. Throwing `ProtocolViolation` drops the
+    ///     connection and resumes; any other error ends the subscription.
+    public func run(
+        plan: @Sendable () async throws -> Plan?,
+        reconsider: AsyncStream<Void>,
+        handle: @escaping @Sendable (Update) async throws -> Void
+    ) async throws {
+        let wakeUps = WakeUps(reconsider)
+        var failures = 0
+        while true {
+            try Task.checkCancellation()
+            guard let next = try await plan() else {
+                await wakeUps.next()
+                continue
+            }
+            try await handle(.connecting(next))
+            let received = Counter()
+            var failure: (any Error)?
+            do {
+                try await wakeUps.interrupting { try await self.connect(next, received: received, handle: handle) }
+            } catch {
+                failure = error
+            }
+            try Task.checkCancellation()
+            // The plan changed: connect again at once, with the new one.
+            if wakeUps.wokeUp { continue }
+            failures = received.value > 0 ? 0 : failures + 1
+            var pause = Self.backoff(failures: failures)
+            switch failure {
+            case nil:
+                try await handle(.disconnected(why: "the server ended the subscription", retryIn: pause))
+            case let refused as RemoteStoreError where refused.isPermanent:
+                pause = Self.refusalPause
+                try await handle(.refused(refused, retryIn: pause))
+            case let error as ProtocolViolation:
+                try await handle(.disconnected(why: "the server broke the protocol (\(error))", retryIn: pause))
+            case let error as RemoteStoreError:
+                try await handle(.disconnected(why: error.description, retryIn: pause))
+            case let other?:
+                throw other
+            }
+            let wait = pause
+            _ = try? await wakeUps.interrupting { try await Task.sleep(for: wait) }
+        }
+    }
+
+    /// Full jitter over an exponential ceiling: 0.1 s doubling to 5 s.
+    static func backoff(failures: Int) -> Duration {
+        let ceiling = min(5.0, 0.1 * pow(2.0, Double(min(failures, 10))))
+        return .milliseconds(Int(Double.random(in: 0.05...max(0.05, ceiling)) * 1_000))
+    }
+
+    private func connect(_ plan: Plan, received: Counter, handle: @escaping @Sendable (Update) async throws -> Void) async throws {
+        let token = try await api.credentials.token()
+        try await preflight(plan)
+        var reader = MessageReader(handle: handle, received: received)
+        switch transport {
+        case .webSocket:
+            guard let url = api.subscribeURL else { throw RemoteStoreError.unexpectedAnswer("bad server URL \(api.baseURL)") }
+            let closeCode: Int?
+            do {
+                closeCode = try await WebSocketLink.run(url: url, token: token) { messages, writer in
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        defer { group.cancelAll() }
+                        for try await text in messages {
+                            let message = try reader.read(text)
+                            if case .welcome(let welcome) = message {
+                                try await writer.send(.subscribe(carts: plan.carts, since: plan.since))
+                                let interval = welcome.clientHeartbeatInterval
+                                group.addTask {
+                                    while true {
+                                        try await Task.sleep(for: interval)
+                                        try await writer.send(.heartbeat)
+                                    }
+                                }
+                            }
+                            try await reader.deliver(message, raw: text)
+                        }
+                    }
+                }
+            } catch is WebSocketLink.UpgradeRefused {
+                // Accepted by the HTTP API a moment ago: a full server, most likely.
+                throw RemoteStoreError.unreachable("the server refused the WebSocket upgrade (full, or stopping)")
+            }
+            if let closeCode, closeCode != 1000 {
+                throw RemoteStoreError.unreachable("disconnected (\(closeCode)\(Self.closeMeaning(closeCode)))")
+            }
+        case .serverSentEvents:
+            guard var components = URLComponents(url: api.baseURL, resolvingAgainstBaseURL: false) else {
+                throw RemoteStoreError.unexpectedAnswer("bad server URL \(api.baseURL)")
+            }
+            components.path = "/subscribe"
+            if let carts = plan.carts { components.queryItems = [URLQueryItem(name: "carts", value: carts.joined(separator: ","))] }
+            guard let url = components.url else { throw RemoteStoreError.unexpectedAnswer("bad server URL \(api.baseURL)") }
+            try await EventStreamLink(url: url, token: token, lastEventID: plan.since).run { text in
+                let message = try reader.read(text)
+                try await reader.deliver(message, raw: text)
+            }
+        }
+    }
+
+    static func closeMeaning(_ code: Int) -> String {
+        switch code {
+        case 1001: " server shutting down"
+        case Int(FanoutCloseCode.leaseExpired.rawValue): " lease expired"
+        case Int(FanoutCloseCode.tooSlow.rawValue): " too slow"
+        case Int(FanoutCloseCode.serverFull.rawValue): " server full"
+        default: ""
+        }
+    }
+
+    /// Asks the HTTP API (with the token, for the same carts) whether we may subscribe at all,
+    /// so a refusal is reported as the server's error instead of a failed upgrade. An
+    /// unreachable server is left to the connection attempt.
+    private func preflight(_ plan: Plan) async throws {
+        var path = "/events?limit=1"
+        if let carts = plan.carts { path += "&carts=\(carts.joined(separator: ","))" }
+        do {
+            _ = try await api.send("GET", path, as: EventsPage.self)
+        } catch let error as RemoteStoreError where error.isPermanent {
+            throw error
+        } catch {
+            // Unreachable, restarting, or an old server: the connection attempt will tell.
+        }
+    }
+}
+
+/// The server sent what the protocol does not allow: the connection is dropped and the
+/// subscription resumes from its position.
+public struct ProtocolViolation: Error, CustomStringConvertible {
+    public let description: String
+    public init(description: String) { self.description = description }
+}
+
+/// Decodes messages and puts snapshot parts together for one connection.
+private struct MessageReader {
+    let handle: @Sendable (FanoutSubscription.Update) async throws -> Void
+    let received: Counter
+    var parts = SnapshotAssembly()
+
+    func read(_ text: String) throws -> ServerMessage {
+        do {
+            let message = try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(text.utf8))
+            received.increment()
+            return message
+        } catch {
+            throw ProtocolViolation(description: "not a server message: \(text.prefix(80))")
+        }
+    }
+
+    mutating func deliver(_ message: ServerMessage, raw: String) async throws {
+        switch message {
+        case .welcome(let welcome):
+            try await handle(.welcome(welcome))
+        case .snapshot(let carts, let seq, let reason, let more):
+            let whole: (snapshot: CartSnapshot, reason: SnapshotReason)?
+            do {
+                whole = try parts.add(carts: carts, seq: seq, reason: reason, more: more)
+            } catch {
+                throw ProtocolViolation(description: error.description)
+            }
+            try await handle(.snapshotPart(carts: carts, seq: seq, reason: reason, more: more, raw: raw))
+            if let whole { try await handle(.snapshot(whole.snapshot, reason: whole.reason)) }
+        case .event(let event):
+            guard !parts.isIncomplete else {
+                throw ProtocolViolation(description: "event \(event.seq) arrived before the last part of the snapshot")
+            }
+            try await handle(.event(event, raw: raw))
+        case .error(let code, let message):
+            try await handle(.serverError(code: code, message: message))
+        case .heartbeat:
+            break
+        }
+    }
+}
+
+/// Messages received on one connection: a connection that got any resets the backoff.
+final class Counter: Sendable {
+    private let count = NIOLockedValueBox(0)
+    func increment() { count.withLockedValue { $0 += 1 } }
+    var value: Int { count.withLockedValue { $0 } }
+}
+
+/// The subscription's `reconsider` stream, seen from its loop: wait for the next element, or run
+/// something that the next element interrupts (cancels).
+final class WakeUps: Sendable {
+    private struct State {
+        /// An element came while nothing waited or ran: the next wait returns at once.
+        var pending = false
+        var waiter: CheckedContinuation<Void, Never>?
+        var running: Task<Void, any Error>?
+        /// The last `interrupting` call was interrupted.
+        var interrupted = false
+    }
+
+    private let state = NIOLockedValueBox(State())
+    private let listener: NIOLockedValueBox<Task<Void, Never>?> = NIOLockedValueBox(nil)
+
+    init(_ stream: AsyncStream<Void>) {
+        let task = Task { [state] in
+            for await _ in stream { Self.fire(state) }
+        }
+        listener.withLockedValue { $0 = task }
+    }
+
+    deinit {
+        listener.withLockedValue { $0?.cancel() }
+    }
+
+    private static func fire(_ state: NIOLockedValueBox<State>) {
+        state.withLockedValue { state in
+            if let waiter = state.waiter {
+                state.waiter = nil
+                waiter.resume()
+            } else if let running = state.running {
+                state.interrupted = true
+                running.cancel()
+            } else {
+                state.pending = true
+            }
+        }
+    }
+
+    /// Whether the last `interrupting` call was cut short by an element.
+    var wokeUp: Bool { state.withLockedValue { $0.interrupted } }
+
+    /// Returns at the next element (or one that came meanwhile), or when the task is cancelled.
+    func next() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                state.withLockedValue { state in
+                    if state.pending || Task.isCancelled {
+                        state.pending = false
+                        continuation.resume()
+                    } else {
+                        state.waiter = continuation
+                    }
+                }
+            }
+        } onCancel: {
+            state.withLockedValue { state in
+                state.waiter?.resume()
+                state.waiter = nil
+            }
+        }
+    }
+
+    /// Runs `body`; an element arriving meanwhile (or one pending) cancels it and sets `wokeUp`.
+    func interrupting(_ body: @escaping @Sendable () async throws -> Void) async throws {
+        let task = Task { try await body() }
+        state.withLockedValue { state in
+            state.interrupted = false
+            state.running = task
+            if state.pending {
+                state.pending = false
+                state.interrupted = true
+                task.cancel()
+            }
+        }
+        defer { state.withLockedValue { $0.running = nil } }
+        try await withTaskCancellationHandler {
+            try await task.value
+        } onCancel: {
+            task.cancel()
+        }
+    }
+}

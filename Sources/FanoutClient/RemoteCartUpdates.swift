@@ -1,0 +1,126 @@
+import FanoutProtocol
+import NIOConcurrencyHelpers
+
+/// What an `updates` sequence yields: the observer callbacks, as values.
+public enum RemoteCartUpdate: Sendable {
+    /// The carts asked for, as they are now: the first element once the replica holds them.
+    case loaded([Cart])
+    /// An event, and its cart after it.
+    case applied(CartEvent, Cart)
+    /// The carts were replaced by the server's snapshot, or the consumer fell behind its buffer
+    /// (`fellBehind`): either way these are the carts now, and later elements follow them.
+    case resynced([Cart], ResyncReason)
+    case connection(RemoteCartStore.ConnectionState)
+}
+
+extension RemoteCartStore {
+    /// The store's updates for `carts` as an `AsyncSequence`, for async code and SwiftUI tasks.
+    ///
+    /// The sequence is an observer held by whoever iterates it: end the loop (or cancel its
+    /// task) and it drops out like a released observer. Up to `bufferLimit` updates wait for a
+    /// consumer; one that falls further behind loses the waiting updates and gets instead one
+    /// `.resynced(carts, .fellBehind)` with its carts as they are at that moment — never a
+    /// silent gap.
+    public func updates(of carts: CartSelection = .all, bufferLimit: Int = 1_024) -> RemoteCartUpdates {
+        let buffer = UpdateBuffer(selection: carts, limit: max(1, bufferLimit))
+        observers.add(buffer, carts: carts)
+        return RemoteCartUpdates(buffer: buffer)
+    }
+}
+
+/// An `AsyncSequence` of one observer's updates (`RemoteCartStore.updates`).
+public struct RemoteCartUpdates: AsyncSequence, Sendable {
+    public typealias Element = RemoteCartUpdate
+    let buffer: UpdateBuffer
+
+    public func makeAsyncIterator() -> Iterator { Iterator(buffer: buffer) }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        let buffer: UpdateBuffer
+
+        public mutating func next() async -> RemoteCartUpdate? {
+            await buffer.next()
+        }
+    }
+}
+
+/// The observer behind `RemoteCartUpdates`: a bounded buffer between the store's receiving task
+/// and the consumer.
+final class UpdateBuffer: RemoteCartObserver {
+    private struct State {
+        var items: [RemoteCartUpdate] = []
+        var head = 0
+        var waiter: CheckedContinuation<RemoteCartUpdate?, Never>?
+        var count: Int { items.count - head }
+    }
+
+    let selection: CartSelection
+    let limit: Int
+    private let state = NIOLockedValueBox(State())
+
+    init(selection: CartSelection, limit: Int) {
+        self.selection = selection
+        self.limit = limit
+    }
+
+    func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) { push(.loaded(carts), store) }
+    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) { push(.applied(event, cart), store) }
+    func remoteStore(_ store: RemoteCartStore, didResync carts: [Cart], because reason: ResyncReason) {
+        push(.resynced(carts, reason), store)
+    }
+    func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {
+        push(.connection(state), store)
+    }
+
+    /// Called on the store's receiving task, under the replica's lock: the carts read for a
+    /// `fellBehind` are those after the update being pushed.
+    private func push(_ update: RemoteCartUpdate, _ store: RemoteCartStore) {
+        let overflowing = state.withLockedValue { state -> Bool in
+            if let waiter = state.waiter {
+                state.waiter = nil
+                waiter.resume(returning: update)
+                return false
+            }
+            guard state.count >= limit else {
+                state.items.append(update)
+                return false
+            }
+            return true
+        }
+        guard overflowing else { return }
+        let carts = store.replica.read { Replica.carts(of: selection, in: $0.carts) }
+        state.withLockedValue { state in
+            state.items = [.resynced(carts, .fellBehind)]
+            state.head = 0
+        }
+    }
+
+    func next() async -> RemoteCartUpdate? {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                state.withLockedValue { state in
+                    guard !Task.isCancelled else { return continuation.resume(returning: nil) }
+                    guard state.count > 0 else {
+                        state.waiter = continuation
+                        return
+                    }
+                    let item = state.items[state.head]
+                    state.head += 1
+                    if state.head == state.items.count {
+                        state.items.removeAll(keepingCapacity: true)
+                        state.head = 0
+                    } else if state.head > 64, state.head * 2 > state.items.count {
+                        state.items.removeFirst(state.head)
+                        state.head = 0
+                    }
+                    continuation.resume(returning: item)
+                }
+            }
+        } onCancel: {
+            state.withLockedValue { state in
+                state.waiter?.resume(returning: nil)
+                state.waiter = nil
+            }
+        }
+    }
+}
