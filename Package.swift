@@ -89,14 +89,12 @@ let package = Package(
         .executableTarget(
             name: "fanout-client",
             dependencies: [
+                // A thin command line over the library: every protocol rule lives there.
+                "FanoutClient",
                 "FanoutProtocol",
                 "ProcessSignals",
-                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         // Build-time tool: turns migrations/*.sql into Swift source so every binary carries its schema.
@@ -161,7 +159,14 @@ let package = Package(
             ]
         ),
         // The client's own logic (the subscriber's printing and resume state), in process.
-        .testTarget(name: "FanoutClientTests", dependencies: ["fanout-client", .product(name: "NIOCore", package: "swift-nio")]),
+        .testTarget(
+            name: "FanoutClientTests",
+            dependencies: [
+                "FanoutClient", "fanout-client", "FanoutTestSupport", "FanoutServer",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
+        ),
         .testTarget(
             name: "FanoutServerTests",
             dependencies: [

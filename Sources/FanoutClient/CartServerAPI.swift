@@ -44,7 +44,8 @@ public struct CartServerAPI: Sendable {
     }
 
     /// Sets the quantity of a line (0 removes it).
-    public func setQuantity(of sku: String, to quantity: Int, in cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult {
+    public func setQuantity(of sku: String, to quantity: Int, in cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult
+    {
         try await send(
             "PATCH", "/carts/\(try Self.segment(cartID))/items/\(try Self.segment(sku, isSKU: true))",
             body: SetQuantityRequest(quantity: quantity), expectedVersion: expectedVersion, as: WriteResult.self)

@@ -209,7 +209,7 @@ public struct ProtocolViolation: Error, CustomStringConvertible {
 }
 
 /// Decodes messages and puts snapshot parts together for one connection.
-private struct MessageReader {
+struct MessageReader {
     let handle: @Sendable (FanoutSubscription.Update) async throws -> Void
     let received: Counter
     var parts = SnapshotAssembly()

@@ -1,4 +1,5 @@
 import FanoutProtocol
+
 import struct Foundation.Data
 
 /// Why a request to a fanout-server, or a connection to it, failed.
@@ -52,7 +53,6 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
             message: answer.error.message)
     }
 }
-
 
 /// Where the client's token comes from: none, a fixed value, or a closure asked before each
 /// connection and request (so that an expiring token can be refreshed).

@@ -166,7 +166,8 @@ final class Replica: @unchecked Sendable {
             state.loaded = false
             state.resyncBecause = .inconsistent
             throw ProtocolViolation(
-                description: "event \(event.seq) takes cart \(event.cartID) to version \(event.version), but the replica has \(cart.version)")
+                description:
+                    "event \(event.seq) takes cart \(event.cartID) to version \(event.version), but the replica has \(cart.version)")
         }
         cart.apply(event)
         state.carts[event.cartID] = cart

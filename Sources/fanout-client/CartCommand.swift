@@ -1,4 +1,5 @@
 import ArgumentParser
+import FanoutClient
 import FanoutProtocol
 import Foundation
 
@@ -22,12 +23,12 @@ struct CartCommand: AsyncParsableCommand {
         @Option(help: "Bearer token, if the server requires one (or set FANOUT_TOKEN).")
         var token: String?
 
-        func api() throws -> HTTPAPI {
+        func api() throws -> CartServerAPI {
             guard let base = URL(string: url), let scheme = base.scheme, ["http", "https"].contains(scheme), base.host != nil else {
                 throw ValidationError("--url must be an http:// or https:// URL (got \(url))")
             }
             let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
-            return HTTPAPI(baseURL: base, token: token)
+            return CartServerAPI(baseURL: base, credentials: token.map(Credentials.token) ?? .none)
         }
     }
 
@@ -36,7 +37,7 @@ struct CartCommand: AsyncParsableCommand {
         @OptionGroup var connection: Connection
 
         func run() async throws {
-            let answer = try await connection.api().send("GET", "/carts", as: CartsResponse.self)
+            let answer = try await connection.api().carts()
             if answer.carts.isEmpty { print("no carts (seq \(answer.seq))") }
             for cart in answer.carts { print(CartText.summary(cart)) }
         }
@@ -48,7 +49,7 @@ struct CartCommand: AsyncParsableCommand {
         @Argument(help: "Cart id.") var cartID: String
 
         func run() async throws {
-            let answer = try await connection.api().send("GET", "/carts/\(try CartText.pathSegment(cartID))", as: CartResponse.self)
+            let answer = try await connection.api().cart(cartID)
             print(CartText.detail(answer.cart, seq: answer.seq))
         }
     }
@@ -65,9 +66,9 @@ struct CartCommand: AsyncParsableCommand {
         @Option(help: "Display name.") var name: String?
 
         func run() async throws {
-            let body = AddItemRequest(sku: sku, quantity: quantity, unitPriceCents: price, name: name)
-            let path = "/carts/\(try CartText.pathSegment(cartID))/items"
-            print(CartText.mutation(try await connection.api().send("POST", path, body: body, as: MutationResponse.self)))
+            print(
+                CartText.mutation(
+                    try await connection.api().addItem(sku, quantity: quantity, unitPriceCents: price, name: name, to: cartID)))
         }
     }
 
@@ -80,9 +81,7 @@ struct CartCommand: AsyncParsableCommand {
         @Argument(help: "New quantity (0…10000).") var quantity: Int
 
         func run() async throws {
-            let path = "/carts/\(try CartText.pathSegment(cartID))/items/\(try CartText.pathSegment(sku))"
-            let body = SetQuantityRequest(quantity: quantity)
-            print(CartText.mutation(try await connection.api().send("PATCH", path, body: body, as: MutationResponse.self)))
+            print(CartText.mutation(try await connection.api().setQuantity(of: sku, to: quantity, in: cartID)))
         }
     }
 
@@ -94,8 +93,7 @@ struct CartCommand: AsyncParsableCommand {
         @Argument(help: "Item sku.") var sku: String
 
         func run() async throws {
-            let path = "/carts/\(try CartText.pathSegment(cartID))/items/\(try CartText.pathSegment(sku))"
-            print(CartText.mutation(try await connection.api().send("DELETE", path, as: MutationResponse.self)))
+            print(CartText.mutation(try await connection.api().removeItem(sku, from: cartID)))
         }
     }
 
@@ -106,23 +104,13 @@ struct CartCommand: AsyncParsableCommand {
         @Argument(help: "Cart id.") var cartID: String
 
         func run() async throws {
-            let path = "/carts/\(try CartText.pathSegment(cartID))"
-            print(CartText.mutation(try await connection.api().send("DELETE", path, as: MutationResponse.self)))
+            print(CartText.mutation(try await connection.api().clear(cartID)))
         }
     }
 }
 
 /// How carts read in a terminal.
 enum CartText {
-    /// Ids go into paths as they are, so they must follow the id rule (checked here for a
-    /// clear message before anything is sent).
-    static func pathSegment(_ id: String) throws -> String {
-        guard CartLimits.isValidIdentifier(id) else {
-            throw ValidationError("an id is \(CartLimits.identifierRule) (got \"\(id.prefix(80))\")")
-        }
-        return id
-    }
-
     static func money(_ cents: some BinaryInteger) -> String {
         let cents = Int64(cents)
         return String(format: "%lld.%02lld", cents / 100, abs(cents % 100))

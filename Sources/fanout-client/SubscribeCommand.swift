@@ -1,9 +1,8 @@
 import ArgumentParser
 import Dispatch
+import FanoutClient
 import FanoutProtocol
 import Foundation
-import HummingbirdWSClient
-import Logging
 import NIOConcurrencyHelpers
 import ProcessSignals
 
@@ -44,7 +43,7 @@ struct SubscribeCommand: AsyncParsableCommand {
     var token: String?
 
     @Option(help: "websocket, or sse: the same subscription as Server-Sent Events (--url keeps its ws:// form).")
-    var transport: SubscriberSession.Transport = .websocket
+    var transport: FanoutSubscription.Transport = .webSocket
 
     func validate() throws {
         guard let components = URLComponents(string: url), ["ws", "wss"].contains(components.scheme ?? ""),
@@ -52,7 +51,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         else {
             throw ValidationError("--url must be a ws:// or wss:// URL (got \(url))")
         }
-        if transport == .sse, URLComponents(string: url)?.scheme == "wss" {
+        if transport == .serverSentEvents, URLComponents(string: url)?.scheme == "wss" {
             throw ValidationError("--transport sse speaks plain HTTP: use a ws:// URL")
         }
         do {
@@ -65,17 +64,32 @@ struct SubscribeCommand: AsyncParsableCommand {
 
     func run() async throws {
         let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
-        let state = try SeqState(stateFile: stateFile, since: since)
-        let printer = EventPrinter(format: format, state: state)
-        let session = SubscriberSession(
-            url: url, transport: transport, carts: carts.isEmpty ? nil : carts, token: token, state: state, printer: printer)
-        // The watch must live as long as the session: a released one stops acting on signals.
-        // `_ = watch` after the call did not keep an earlier version alive: an optimised build
-        // released it at once (Ctrl-C did nothing). `withExtendedLifetime` has no async form, so
-        // it marks the end of the scope instead.
+        let position: any ResumePosition
+        do {
+            position = try stateFile.map { try FileResumePosition(file: URL(fileURLWithPath: $0)) } ?? MemoryResumePosition()
+        } catch {
+            throw ClientFailure("state file: \(error)")
+        }
+        let start = since ?? position.last
+        let printer = EventPrinter(format: format, position: position, start: start)
+        guard var server = URLComponents(string: url) else { throw ClientFailure("bad URL \(url)") }
+        server.scheme = server.scheme == "wss" ? "https" : "http"
+        server.path = ""
+        server.query = nil
+        guard let serverURL = server.url else { throw ClientFailure("bad URL \(url)") }
+        let subscription = FanoutSubscription(
+            server: serverURL, transport: transport, credentials: token.map(Credentials.token) ?? .none)
+        // The watch must live as long as the subscription: a released one stops acting on
+        // signals. `_ = watch` after the call did not keep an earlier version alive: an
+        // optimised build released it at once (Ctrl-C did nothing). `withExtendedLifetime` has
+        // no async form, so it marks the end of the scope instead.
         let signalWatch = try Self.exitOnSignals(printer: printer)
         defer { withExtendedLifetime(signalWatch) {} }
-        try await session.run()
+        let carts = carts.isEmpty ? nil : carts
+        let (never, _) = AsyncStream<Void>.makeStream()
+        try await subscription.run(
+            plan: { FanoutSubscription.Plan(carts: carts, since: printer.last) }, reconsider: never,
+            handle: { update in try printer.handle(update) })
     }
 
     /// Ctrl-C and SIGTERM end the program with status 0, but never between printing a line
@@ -89,103 +103,91 @@ struct SubscribeCommand: AsyncParsableCommand {
     }
 }
 
-/// The last seq printed, and its file.
-final class SeqState: Sendable {
-    private let file: URL?
-    private let seq: NIOLockedValueBox<Int64?>
-
-    init(stateFile: String?, since: Int64?) throws {
-        file = stateFile.map { URL(fileURLWithPath: $0) }
-        var start = since
-        if since == nil, let file, FileManager.default.fileExists(atPath: file.path) {
-            let text = try String(contentsOf: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-            guard let saved = Int64(text), saved >= 0 else {
-                throw ClientFailure("state file \(file.path) does not hold a seq (found \"\(text.prefix(40))\")")
-            }
-            start = saved
-        }
-        seq = NIOLockedValueBox(start)
-    }
-
-    var last: Int64? { seq.withLockedValue { $0 } }
-
-    /// Records a printed seq, in the file too (written whole, then renamed over the old one).
-    func advance(to value: Int64) throws {
-        seq.withLockedValue { $0 = value }
-        guard let file else { return }
-        try Data("\(value)\n".utf8).write(to: file, options: .atomic)
-    }
-}
-
-/// Prints server messages as lines, skipping anything at or before the last printed seq.
+/// Prints a subscription's updates as lines, skipping anything at or before the last printed
+/// seq, and reports connection trouble on stderr.
 final class EventPrinter: Sendable {
     let format: SubscribeCommand.Format
-    let state: SeqState
+    let position: any ResumePosition
     private let output: FileHandle
-    /// Held while a line is printed and its seq saved, so an exit cannot split the two; it
-    /// guards the connection's snapshot parts received so far.
-    private let printing = NIOLockedValueBox(SnapshotAssembly())
+    /// Held while a line is printed and its seq saved, so an exit cannot split the two. Holds
+    /// the seq to resume after: `--since`, else the state file's.
+    private let printing: NIOLockedValueBox<Progress>
 
-    init(format: SubscribeCommand.Format, state: SeqState, output: FileHandle = .standardOutput) {
-        self.format = format
-        self.state = state
-        self.output = output
+    struct Progress {
+        var last: Int64?
+        /// Carts in the parts of the snapshot under way.
+        var cartsInParts = 0
     }
+
+    init(format: SubscribeCommand.Format, position: any ResumePosition, start: Int64?, output: FileHandle = .standardOutput) {
+        self.format = format
+        self.position = position
+        self.output = output
+        printing = NIOLockedValueBox(Progress(last: start))
+    }
+
+    var last: Int64? { printing.withLockedValue { $0.last } }
 
     /// Runs `body` between lines, never in the middle of printing one.
     func exclusively(_ body: () -> Void) {
         printing.withLockedValue { _ in body() }
     }
 
-    /// - Parameter raw: the message as the server sent it (printed as is in JSON format).
-    /// - Throws: when the message breaks the protocol (an event inside a snapshot's parts, parts
-    ///   of different snapshots): the connection is dropped and resumed.
-    func handle(_ message: ServerMessage, raw: String) throws {
-        try printing.withLockedValue { snapshot in try show(message, raw: raw, snapshot: &snapshot) }
+    /// - Throws: `ClientFailure` when the server refuses us for good (credentials, origin, a bad
+    ///   value): the program ends with it.
+    func handle(_ update: FanoutSubscription.Update) throws {
+        try printing.withLockedValue { progress in try show(update, progress: &progress) }
     }
 
-    private func show(_ message: ServerMessage, raw: String, snapshot: inout SnapshotAssembly) throws {
-        switch message {
-        case .event(let event):
-            guard !snapshot.isIncomplete else {
-                throw ProtocolViolation(description: "event \(event.seq) arrived before the last part of the snapshot")
-            }
-            if let last = state.last, event.seq <= last { return }
+    private func show(_ update: FanoutSubscription.Update, progress: inout Progress) throws {
+        switch update {
+        case .event(let event, let raw):
+            if let last = progress.last, event.seq <= last { return }
             emit(format == .json ? raw : Self.text(event))
-            try state.advance(to: event.seq)
-        case .snapshot(let carts, let seq, let reason, let more):
-            let whole: (snapshot: CartSnapshot, reason: SnapshotReason)?
-            do {
-                whole = try snapshot.add(carts: carts, seq: seq, reason: reason, more: more)
-            } catch {
-                throw ProtocolViolation(description: error.description)
-            }
-            emit(format == .json ? raw : Self.text(snapshotPart: carts, seq: seq, reason: reason, more: more, whole: whole?.snapshot))
-            // Only the last part completes the snapshot: resuming after its seq before then
+            try advance(&progress, to: event.seq)
+        case .snapshotPart(let carts, let seq, let reason, let more, let raw):
+            let total = progress.cartsInParts + carts.count
+            progress.cartsInParts = more ? total : 0
+            emit(format == .json ? raw : Self.text(snapshotPart: carts, seq: seq, reason: reason, more: more, total: total))
+        case .snapshot(let snapshot, _):
+            // Only the whole snapshot counts: resuming after its seq before its last part
             // would skip the carts of the parts not yet received.
-            if whole != nil { try state.advance(to: seq) }
-        case .error(let code, let message):
-            FileHandle.standardError.write(Data("fanout-client: server error \(code): \(message)\n".utf8))
+            try advance(&progress, to: snapshot.seq)
         case .welcome:
             // A new connection: parts of a snapshot cut short by a disconnect are dropped.
-            snapshot = SnapshotAssembly()
-        case .heartbeat:
+            progress.cartsInParts = 0
+        case .serverError(let code, let message):
+            report("server error \(code): \(message)")
+        case .disconnected(let why, _):
+            report("\(why); retrying, to resume after seq \(progress.last.map(String.init) ?? "none")")
+        case .refused(let error, _):
+            throw ClientFailure("\(error)", code: error.code)
+        case .connecting:
             break
         }
+    }
+
+    private func advance(_ progress: inout Progress, to seq: Int64) throws {
+        progress.last = seq
+        try position.advance(to: seq)
     }
 
     private func emit(_ line: String) {
         output.write(Data((line + "\n").utf8))
     }
 
-    /// One part of a snapshot; a snapshot in one part reads as it always did.
-    static func text(snapshotPart carts: [Cart], seq: Int64, reason: SnapshotReason, more: Bool, whole: CartSnapshot?) -> String {
+    private func report(_ line: String) {
+        FileHandle.standardError.write(Data("fanout-client: \(line)\n".utf8))
+    }
+
+    /// One part of a snapshot, as it arrives; the last part says how many carts in all.
+    static func text(snapshotPart carts: [Cart], seq: Int64, reason: SnapshotReason, more: Bool, total: Int? = nil) -> String {
         let head =
-            switch (more, whole) {
-            case (false, let whole?) where whole.carts.count == carts.count:
+            switch (more, total) {
+            case (false, nil), (false, carts.count):
                 "snapshot at seq \(seq) (\(reason.rawValue)): \(carts.count) carts"
-            case (false, let whole):
-                "snapshot at seq \(seq) (\(reason.rawValue)), last part: \(carts.count) carts, \(whole?.carts.count ?? carts.count) in all"
+            case (false, let total?):
+                "snapshot at seq \(seq) (\(reason.rawValue)), last part: \(carts.count) carts, \(total) in all"
             case (true, _):
                 "snapshot at seq \(seq) (\(reason.rawValue)), part: \(carts.count) carts, more follow"
             }
@@ -204,4 +206,4 @@ final class EventPrinter: Sendable {
     }
 }
 
-extension SubscriberSession.Transport: ExpressibleByArgument {}
+extension FanoutSubscription.Transport: ExpressibleByArgument {}

@@ -1,58 +1,53 @@
+import FanoutClient
 import FanoutProtocol
 import Foundation
 import Testing
 
 @testable import fanout_client
 
-/// What `fanout-client subscribe` prints and resumes after, fed server messages directly.
+/// What `fanout-client subscribe` prints and resumes after, fed subscription updates directly.
 @Suite("Event printer")
 struct EventPrinterTests {
-    static func printer(format: SubscribeCommand.Format = .json) throws -> (EventPrinter, SeqState) {
-        let state = try SeqState(stateFile: nil, since: nil)
-        return (EventPrinter(format: format, state: state, output: FileHandle(forWritingAtPath: "/dev/null")!), state)
+    static func printer(format: SubscribeCommand.Format = .json) -> (EventPrinter, MemoryResumePosition) {
+        let position = MemoryResumePosition()
+        let output = FileHandle(forWritingAtPath: "/dev/null")!
+        return (EventPrinter(format: format, position: position, start: nil, output: output), position)
     }
 
-    static func event(_ seq: Int64) -> ServerMessage {
-        .event(CartEvent(seq: seq, cartID: "a", change: .cartCleared, version: seq, committedAt: Date(timeIntervalSince1970: 0)))
+    static func event(_ seq: Int64) -> FanoutSubscription.Update {
+        .event(CartEvent(seq: seq, cartID: "a", change: .cartCleared, version: seq, committedAt: Date(timeIntervalSince1970: 0)), raw: "{}")
     }
 
-    static func part(_ ids: [String], seq: Int64, more: Bool) -> ServerMessage {
-        .snapshot(carts: ids.map { Cart(id: $0) }, seq: seq, reason: .initial, more: more)
+    static func part(_ ids: [String], seq: Int64, more: Bool) -> FanoutSubscription.Update {
+        .snapshotPart(carts: ids.map { Cart(id: $0) }, seq: seq, reason: .initial, more: more, raw: "{}")
     }
 
     @Test func aSnapshotInPartsIsSeenOnlyAfterItsLastPart() throws {
-        let (printer, state) = try Self.printer()
-        try printer.handle(Self.part(["a", "b"], seq: 12, more: true), raw: "{}")
-        #expect(state.last == nil, "a disconnect now must not resume after 12: the carts of the other parts were never received")
-        try printer.handle(Self.part(["c"], seq: 12, more: true), raw: "{}")
-        #expect(state.last == nil)
-        try printer.handle(Self.part(["d"], seq: 12, more: false), raw: "{}")
-        #expect(state.last == 12)
-        try printer.handle(Self.event(13), raw: "{}")
-        #expect(state.last == 13)
+        let (printer, position) = Self.printer()
+        try printer.handle(Self.part(["a", "b"], seq: 12, more: true))
+        #expect(position.last == nil, "a disconnect now must not resume after 12: the carts of the other parts were never received")
+        try printer.handle(Self.part(["c"], seq: 12, more: false))
+        #expect(position.last == nil)
+        try printer.handle(.snapshot(CartSnapshot(carts: [], seq: 12), reason: .initial))
+        #expect(position.last == 12)
+        try printer.handle(Self.event(13))
+        #expect(position.last == 13 && printer.last == 13)
+        try printer.handle(Self.event(13))
+        #expect(position.last == 13, "an event at or before the last printed one is skipped")
     }
 
-    @Test func anEventBeforeTheLastPartBreaksTheProtocol() throws {
-        let (printer, state) = try Self.printer()
-        try printer.handle(Self.part(["a"], seq: 12, more: true), raw: "{}")
-        #expect(throws: ProtocolViolation.self) { try printer.handle(Self.event(13), raw: "{}") }
-        #expect(state.last == nil)
-        // The next connection starts over with its welcome; its snapshot counts on its own.
-        try printer.handle(.welcome(.init(subscriberID: "s", heartbeatInterval: 1, leaseTTL: 3, latestSeq: 13)), raw: "{}")
-        try printer.handle(Self.part(["a"], seq: 13, more: false), raw: "{}")
-        #expect(state.last == 13)
+    @Test func aRefusalEndsTheProgramWithTheServersCode() {
+        let (printer, _) = Self.printer()
+        let refusal = RemoteStoreError.refused(status: 401, code: .badToken, rawCode: "bad_token", message: "no")
+        #expect(throws: ClientFailure.self) { try printer.handle(.refused(refusal, retryIn: .seconds(30))) }
     }
 
     @Test func textNamesTheParts() {
-        let one = EventPrinter.text(
-            snapshotPart: [Cart(id: "a")], seq: 3, reason: .initial, more: false,
-            whole: CartSnapshot(carts: [Cart(id: "a")], seq: 3))
+        let one = EventPrinter.text(snapshotPart: [Cart(id: "a")], seq: 3, reason: .initial, more: false, total: 1)
         #expect(one == "snapshot at seq 3 (initial): 1 carts\n  a v0: 0 items")
-        let first = EventPrinter.text(snapshotPart: [Cart(id: "a")], seq: 3, reason: .initial, more: true, whole: nil)
+        let first = EventPrinter.text(snapshotPart: [Cart(id: "a")], seq: 3, reason: .initial, more: true, total: 1)
         #expect(first.hasPrefix("snapshot at seq 3 (initial), part: 1 carts, more follow"))
-        let last = EventPrinter.text(
-            snapshotPart: [Cart(id: "b")], seq: 3, reason: .initial, more: false,
-            whole: CartSnapshot(carts: [Cart(id: "a"), Cart(id: "b")], seq: 3))
+        let last = EventPrinter.text(snapshotPart: [Cart(id: "b")], seq: 3, reason: .initial, more: false, total: 2)
         #expect(last.hasPrefix("snapshot at seq 3 (initial), last part: 1 carts, 2 in all"))
     }
 }

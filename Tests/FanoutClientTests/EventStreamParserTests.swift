@@ -1,7 +1,7 @@
 import NIOCore
 import Testing
 
-@testable import fanout_client
+@testable import FanoutClient
 
 /// The client's reading of a `text/event-stream` body, however the bytes are cut.
 struct EventStreamParserTests {

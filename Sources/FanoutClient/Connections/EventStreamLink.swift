@@ -87,7 +87,7 @@ struct EventStreamParser {
         for byte in buffer.readableBytesView {
             guard byte == UInt8(ascii: "\n") else {
                 line.append(byte)
-                if line.count > maxLine { throw RemoteStoreError.unexpectedAnswer("a stream line longer than \(maxLine) bytes") }
+                if line.count > maxLine { throw ProtocolViolation(description: "a stream line longer than \(maxLine) bytes") }
                 continue
             }
             if line.last == UInt8(ascii: "\r") { line.removeLast() }
