@@ -162,7 +162,7 @@ let package = Package(
         .testTarget(
             name: "FanoutClientTests",
             dependencies: [
-                "FanoutClient", "fanout-client", "FanoutTestSupport", "FanoutServer",
+                "FanoutClient", "fanout-client", "FanoutTestSupport", "FanoutServer", "CartStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

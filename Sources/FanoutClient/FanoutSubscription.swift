@@ -186,14 +186,14 @@ public struct FanoutSubscription: Sendable {
     }
 
     /// Asks the HTTP API (with the token, for the same carts) whether we may subscribe at all,
-    /// so a refusal is reported as the server's error instead of a failed upgrade. An
-    /// unreachable server is left to the connection attempt.
+    /// so a refusal (401, 403) is reported as the server's error instead of a failed upgrade.
+    /// Anything else (an unreachable server, a pruned log) is left to the connection attempt.
     private func preflight(_ plan: Plan) async throws {
         var path = "/events?limit=1"
         if let carts = plan.carts { path += "&carts=\(carts.joined(separator: ","))" }
         do {
             _ = try await api.send("GET", path, as: EventsPage.self)
-        } catch let error as RemoteStoreError where error.isPermanent {
+        } catch let error as RemoteStoreError where error.isRefusal {
             throw error
         } catch {
             // Unreachable, restarting, or an old server: the connection attempt will tell.

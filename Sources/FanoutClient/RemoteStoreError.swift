@@ -27,6 +27,12 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
     /// help.
     public var isRefusedCredentials: Bool { code?.isRefusedCredentials ?? false }
 
+    /// The server refused who we are or what we asked for (401 or 403).
+    public var isRefusal: Bool {
+        if case .refused(let status, _, _, _) = self { return status == 401 || status == 403 }
+        return false
+    }
+
     /// The server refused with a code that retrying as is cannot change (credentials, a bad
     /// value): a subscription pauses instead of retrying at once.
     public var isPermanent: Bool {

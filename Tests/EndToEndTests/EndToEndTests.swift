@@ -12,9 +12,8 @@ import Testing
 @Suite("End to end", .serialized, .timeLimit(.minutes(3)))
 struct EndToEndTests {
     static func temporaryDatabase() throws -> (path: String, cleanup: () -> Void) {
-        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-e2e-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        return (directory.appending(path: "db.sqlite").path, { try? FileManager.default.removeItem(at: directory) })
+        let (path, cleanup) = try Mutations.temporaryDatabase()
+        return (path, cleanup)
     }
 
     /// A temporary database already holding `carts` carts, `w0`…, each with one line `s0`

@@ -1,0 +1,149 @@
+import Dispatch
+import FanoutClient
+import FanoutProtocol
+import FanoutTestSupport
+import Foundation
+import NIOConcurrencyHelpers
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// A `fanout-server` process on a temporary database, restartable on the same port.
+final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its lock; ServerProcess is not Sendable.
+    let database: String
+    let cleanup: @Sendable () -> Void
+    let extra: [String]
+    private let current: NIOLockedValueBox<ServerProcess>
+    let port: Int
+
+    init(_ extra: [String] = []) throws {
+        (database, cleanup) = try Mutations.temporaryDatabase()
+        self.extra = extra
+        let first = try ServerProcess(
+            arguments: ["--port", "0", "--db", database, "--heartbeat-interval", "0.2", "--lease-ttl", "2"] + extra)
+        port = first.port
+        current = NIOLockedValueBox(first)
+    }
+
+    var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
+    var process: ServerProcess { current.withLockedValue { $0 } }
+
+    /// Stops the server with `signal` (SIGTERM: a restart; SIGKILL: a crash) and starts it again
+    /// on the same port, on `database` (another one: a server that lost its data).
+    func restart(with signal: Int32, database: String? = nil) async throws {
+        process.signal(signal)
+        _ = await process.waitForExit()
+        let next = try ServerProcess(
+            arguments: ["--port", "\(port)", "--db", database ?? self.database, "--heartbeat-interval", "0.2", "--lease-ttl", "2"] + extra)
+        current.withLockedValue { $0 = next }
+    }
+
+    func stop() async {
+        process.signal(SIGTERM)
+        _ = await process.waitForExit()
+        cleanup()
+    }
+
+    /// Every event in the log, through `GET /events`.
+    func log() async throws -> [CartEvent] {
+        var events: [CartEvent] = []
+        while true {
+            let url = URL(string: "http://127.0.0.1:\(port)/events?since=\(events.last?.seq ?? 0)&limit=1000")!
+            let (data, _) = try await URLSession.shared.data(from: url)
+            let page = try FanoutJSON.decoder().decode(EventsPage.self, from: data)
+            if page.events.isEmpty { return events }
+            events += page.events
+        }
+    }
+
+    /// The server's carts, by id (`GET /carts`).
+    func carts() async throws -> [String: Cart] {
+        let answer = try await CartServerAPI(baseURL: url).carts()
+        return Dictionary(uniqueKeysWithValues: answer.carts.map { ($0.id, $0) })
+    }
+
+    /// `/stats` `subscribers`: the subscribers connected now.
+    func subscribers() async -> Int? {
+        guard let (data, _) = try? await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/stats")!),
+            let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        else { return nil }
+        return (object["subscribers"] as? NSNumber)?.intValue
+    }
+
+    /// Adds one line to `cart`; the event's seq on a 2xx.
+    @discardableResult
+    func add(_ cart: String, _ sku: String) async -> Int64? {
+        await Mutations.add(port: port, cart: cart, sku: sku)
+    }
+}
+
+/// An observer that records every callback, and whether each came on its queue.
+final class Recorder: RemoteCartObserver {
+    struct Record {
+        var loaded: [Cart]?
+        var loads = 0
+        var events: [CartEvent] = []
+        var resyncs: [(ResyncReason, [Cart])] = []
+        var states: [RemoteCartStore.ConnectionState] = []
+        var offQueue = 0
+        /// Callbacks after `stop`.
+        var afterStop = 0
+    }
+
+    let record = NIOLockedValueBox(Record())
+    let queue: DispatchQueue?
+    private static let key = DispatchSpecificKey<ObjectIdentifier>()
+    /// Called after each event is recorded (on the callback's thread).
+    let onEvent: (@Sendable (Recorder, RemoteCartStore, Int) -> Void)?
+    let stopped = NIOLockedValueBox(false)
+
+    init(queue: DispatchQueue? = nil, onEvent: (@Sendable (Recorder, RemoteCartStore, Int) -> Void)? = nil) {
+        self.queue = queue
+        self.onEvent = onEvent
+        if let queue { queue.setSpecific(key: Self.key, value: ObjectIdentifier(queue)) }
+    }
+
+    private func note(_ change: (inout Record) -> Void) {
+        let onQueue = queue.map { DispatchQueue.getSpecific(key: Self.key) == ObjectIdentifier($0) } ?? true
+        let stopped = stopped.withLockedValue { $0 }
+        record.withLockedValue { record in
+            change(&record)
+            if !onQueue { record.offQueue += 1 }
+            if stopped { record.afterStop += 1 }
+        }
+    }
+
+    func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) {
+        note {
+            $0.loaded = carts
+            $0.loads += 1
+        }
+    }
+
+    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+        note { $0.events.append(event) }
+        onEvent?(self, store, record.withLockedValue { $0.events.count })
+    }
+
+    func remoteStore(_ store: RemoteCartStore, didResync carts: [Cart], because reason: ResyncReason) {
+        note { $0.resyncs.append((reason, carts)) }
+    }
+
+    func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {
+        note { $0.states.append(state) }
+    }
+
+    var isLoaded: Bool { record.withLockedValue { $0.loaded != nil } }
+    var events: [CartEvent] { record.withLockedValue { $0.events } }
+    var loadedVersions: [String: Int64] {
+        record.withLockedValue { Dictionary(uniqueKeysWithValues: ($0.loaded ?? []).map { ($0.id, $0.version) }) }
+    }
+
+    /// What this observer must have received of `log`: the events of its carts after the
+    /// versions it was loaded at, in order.
+    func expected(of log: [CartEvent], selection: CartSelection) -> [CartEvent] {
+        let start = loadedVersions
+        return log.filter { selection.contains($0.cartID) && $0.version > (start[$0.cartID] ?? 0) }
+    }
+}
