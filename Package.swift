@@ -141,6 +141,13 @@ let package = Package(
             ],
             path: "benchmarks/FanoutBench"
         ),
+        // Test helper: RemoteCartStore's lifetime rules, run by EndToEndTests in the debug build
+        // and again in the release build (./scripts/test-release).
+        .executableTarget(
+            name: "remote-store-probe",
+            dependencies: ["FanoutClient"],
+            path: "Tests/RemoteStoreProbe"
+        ),
         // Helpers shared by the test targets.
         .target(
             name: "FanoutTestSupport",
@@ -152,7 +159,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "FanoutTestSupport", "FanoutServer", "fanout-client", "fanout-bench",
+                "FanoutTestSupport", "FanoutServer", "fanout-client", "fanout-bench", "remote-store-probe",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 // The DevTools protocol of the headless Chromium that PageTests drive.
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),

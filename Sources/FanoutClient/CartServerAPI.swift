@@ -1,9 +1,6 @@
 import FanoutProtocol
 import Foundation
-
-#if canImport(FoundationNetworking)
-    import FoundationNetworking
-#endif
+import NIOHTTP1
 
 /// A fanout-server's HTTP API: the carts as they are now, and typed writes. Bodies and answers
 /// are FanoutProtocol's types, the ones the server encodes; a refusal is a `RemoteStoreError`
@@ -70,30 +67,23 @@ public struct CartServerAPI: Sendable {
     func send<Answer: Decodable>(
         _ method: String, _ path: String, body: (any Encodable)? = nil, expectedVersion: Int64? = nil, as answer: Answer.Type
     ) async throws -> Answer {
-        guard let url = URL(string: path, relativeTo: baseURL) else {
+        guard let url = URL(string: path, relativeTo: baseURL)?.absoluteURL else {
             throw RemoteStoreError.unexpectedAnswer("cannot build a URL from \(baseURL) and \(path)")
         }
-        var request = URLRequest(url: url)
-        request.httpMethod = method
-        if let token = try await credentials.token() { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
-        if let expectedVersion { request.setValue("\(expectedVersion)", forHTTPHeaderField: "If-Match") }
+        var headers: [(String, String)] = [("Accept", "application/json")]
+        if let token = try await credentials.token() { headers.append(("Authorization", "Bearer \(token)")) }
+        if let expectedVersion { headers.append(("If-Match", "\(expectedVersion)")) }
+        var bytes: [UInt8]?
         if let body {
-            request.httpBody = try FanoutJSON.encoder().encode(body)
-            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            bytes = Array(try FanoutJSON.encoder().encode(body))
+            headers.append(("Content-Type", "application/json"))
         }
-        let data: Data
-        let response: URLResponse
-        do {
-            (data, response) = try await URLSession.shared.data(for: request)
-        } catch {
-            throw RemoteStoreError.unreachable("cannot reach \(baseURL.absoluteString): \(error.localizedDescription)")
-        }
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        let (status, data) = try await HTTPExchange.send(HTTPMethod(rawValue: method), url, headers: headers, body: bytes)
         guard (200..<300).contains(status) else {
-            throw RemoteStoreError.answer(status: status, body: Array(data))
+            throw RemoteStoreError.answer(status: status, body: data)
         }
         do {
-            return try FanoutJSON.decoder().decode(Answer.self, from: data)
+            return try FanoutJSON.decoder().decode(Answer.self, from: Data(data))
         } catch {
             throw RemoteStoreError.unexpectedAnswer("the answer to \(method) \(path) is not what fanout-server sends: \(error)")
         }

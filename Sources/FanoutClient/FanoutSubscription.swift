@@ -149,6 +149,19 @@ public struct FanoutSubscription: Sendable {
                                         try await writer.send(.heartbeat)
                                     }
                                 }
+                                // The server sends a message at least every heartbeat interval:
+                                // a connection silent for three of them (and 2 s) is dead.
+                                let silence = .seconds(welcome.heartbeatInterval * 3) + .seconds(2)
+                                group.addTask {
+                                    var seen = received.value
+                                    while true {
+                                        try await Task.sleep(for: silence)
+                                        guard received.value != seen else {
+                                            throw RemoteStoreError.unreachable("the server went silent for \(silence)")
+                                        }
+                                        seen = received.value
+                                    }
+                                }
                             }
                             try await reader.deliver(message, raw: text)
                         }

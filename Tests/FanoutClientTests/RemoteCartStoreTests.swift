@@ -58,8 +58,11 @@ struct RemoteCartStoreTests {
             await withTaskGroup(of: Void.self) { group in
                 for writer in 0..<4 {
                     group.addTask {
+                        // Each write until it is acknowledged: a restart refuses some.
                         for index in 0..<150 {
-                            await server.add(carts[(writer * 13 + index) % carts.count], "w\(writer)-\(index % 5)")
+                            while await server.add(carts[(writer * 13 + index) % carts.count], "w\(writer)-\(index % 5)") == nil {
+                                try? await Task.sleep(for: .milliseconds(20))
+                            }
                         }
                     }
                 }
@@ -199,8 +202,10 @@ struct RemoteCartStoreTests {
         // Another database on the same address: its log ends before the replica's seq.
         let (other, cleanup) = try Mutations.temporaryDatabase()
         defer { cleanup() }
+        let fresh = try CartStore(path: other)
+        try await fresh.addItem(cartID: "b", sku: "fresh", quantity: 1, unitPriceCents: 1)
+        try fresh.close()
         try await server.restart(with: SIGTERM, database: other)
-        await server.add("b", "fresh")
         await eventually("resynced") { !recorder.record.withLockedValue { $0.resyncs.isEmpty } }
         let resync = recorder.record.withLockedValue { $0.resyncs.first }
         #expect(resync?.0 == .otherDatabase)

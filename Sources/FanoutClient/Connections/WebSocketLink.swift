@@ -38,7 +38,7 @@ struct WebSocketLink {
         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: headers)
         let upgrade: EventLoopFuture<Upgrade>
         do {
-            upgrade = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            upgrade = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
                 .connect(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(maxFrameSize: maxMessageSize) { channel, _ in

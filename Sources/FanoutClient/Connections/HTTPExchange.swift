@@ -1,0 +1,89 @@
+import FanoutProtocol
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// One HTTP/1.1 request and its answer, on its own connection, with SwiftNIO.
+///
+/// Not URLSession: on Linux, cancelling a task while URLSession works for it can stop the
+/// process (FoundationNetworking's task registry traps), and a subscription cancels its
+/// connection whenever its observers change.
+enum HTTPExchange {
+    /// The largest answer body taken: far above any the server sends for one request.
+    static let maxBody = 64 << 20
+
+    /// Sends the request and returns the answer's status and body.
+    ///
+    /// - Throws: `RemoteStoreError.unreachable` when no connection could be made or it broke
+    ///   before the answer was whole; `unexpectedAnswer` for a body over `maxBody`.
+    static func send(
+        _ method: HTTPMethod, _ url: URL, headers extra: [(String, String)], body: [UInt8]?
+    ) async throws -> (status: Int, body: [UInt8]) {
+        try await withThrowingTaskGroup(of: (status: Int, body: [UInt8]).self) { group in
+            group.addTask { try await exchange(method, url, headers: extra, body: body) }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                throw RemoteStoreError.unreachable("no answer from \(url.host ?? "the server") within \(timeout)")
+            }
+            defer { group.cancelAll() }
+            return try await group.next()!
+        }
+    }
+
+    /// How long a request may take, answer included.
+    static let timeout: Duration = .seconds(30)
+
+    private static func exchange(
+        _ method: HTTPMethod, _ url: URL, headers extra: [(String, String)], body: [UInt8]?
+    ) async throws -> (status: Int, body: [UInt8]) {
+        guard let host = url.host, url.scheme == "http" else {
+            throw RemoteStoreError.unexpectedAnswer("not an http:// URL: \(url)")
+        }
+        let port = url.port ?? 80
+        let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
+        do {
+            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
+                .connect(host: host, port: port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
+                    }
+                }
+        } catch {
+            throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
+        }
+        var headers = HTTPHeaders([("Host", "\(host):\(port)"), ("Connection", "close")] + extra)
+        if let body { headers.add(name: "Content-Length", value: "\(body.count)") }
+        var target = url.path.isEmpty ? "/" : url.path
+        if let query = url.query { target += "?\(query)" }
+        let head = HTTPRequestHead(version: .http1_1, method: method, uri: target, headers: headers)
+        do {
+            return try await channel.executeThenClose { inbound, outbound in
+                try await outbound.write(.head(head))
+                if let body { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
+                try await outbound.write(.end(nil))
+                var status = 0
+                var answer: [UInt8] = []
+                for try await part in inbound {
+                    switch part {
+                    case .head(let head):
+                        status = Int(head.status.code)
+                    case .body(let buffer):
+                        guard answer.count + buffer.readableBytes <= maxBody else {
+                            throw RemoteStoreError.unexpectedAnswer("an answer over \(maxBody) bytes")
+                        }
+                        answer += buffer.readableBytesView
+                    case .end:
+                        return (status, answer)
+                    }
+                }
+                throw RemoteStoreError.unreachable("the connection to \(host):\(port) closed before the answer was whole")
+            }
+        } catch let error as RemoteStoreError {
+            throw error
+        } catch {
+            throw RemoteStoreError.unreachable("\(host):\(port): \(error)")
+        }
+    }
+}

@@ -1,0 +1,127 @@
+// A test helper: the lifetime rules of `RemoteCartStore` checked in whatever build this is.
+// EndToEndTests runs it against a real server, and ./scripts/test-release runs it again built
+// with optimisations, which may end an object's life at its last use.
+//
+// Usage: remote-store-probe http://127.0.0.1:PORT — exits 0 when every check holds, else 1
+// with what failed on stderr.
+import FanoutClient
+import FanoutProtocol
+import Foundation
+import Synchronization
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+final class Counter: RemoteCartObserver {
+    let loads = Atomic<Int>(0)
+    let events = Atomic<Int>(0)
+    /// Removes itself from `store` on this event, when set.
+    let removeAt: Int?
+
+    init(removeAt: Int? = nil) {
+        self.removeAt = removeAt
+    }
+
+    func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) {
+        loads.add(1, ordering: .relaxed)
+    }
+
+    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+        let count = events.add(1, ordering: .relaxed).newValue
+        if count == removeAt { store.observers.remove(self) }
+    }
+}
+
+/// Events seen by observers that are gone: must stay 0.
+let afterRelease = Atomic<Int>(0)
+
+final class Released: RemoteCartObserver {
+    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+        afterRelease.add(1, ordering: .relaxed)
+    }
+}
+
+struct ProbeFailure: Error, CustomStringConvertible {
+    let description: String
+}
+
+func waitFor(_ what: String, timeout: Duration = .seconds(15), _ condition: () async -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if await condition() { return }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    throw ProbeFailure(description: "timed out waiting for \(what)")
+}
+
+func subscribers(_ server: URL) async -> Int? {
+    guard let (data, _) = try? await URLSession.shared.data(from: server.appending(path: "stats")),
+        let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+    else { return nil }
+    return (object["subscribers"] as? NSNumber)?.intValue
+}
+
+/// Adds an observer that nothing but the store refers to once this returns.
+func addReleased(to store: RemoteCartStore) {
+    store.observers.add(Released(), carts: .only(["probe"]))
+}
+
+func run(_ server: URL) async throws {
+    let api = CartServerAPI(baseURL: server)
+    _ = try await api.addItem("seed", quantity: 1, unitPriceCents: 1, to: "probe")
+    let store = RemoteCartStore(server: server, releaseCheckInterval: .milliseconds(200))
+
+    // 1. A released observer gets nothing, and its release closes the connection.
+    do {
+        let held = Counter()
+        store.observers.add(held, carts: .only(["probe"]))
+        addReleased(to: store)
+        try await waitFor("the first observer's state") { held.loads.load(ordering: .relaxed) == 1 }
+        try await waitFor("the server's subscriber") { await subscribers(server) == 1 }
+        for index in 0..<5 { _ = try await api.addItem("s\(index)", quantity: 1, unitPriceCents: 1, to: "probe") }
+        try await waitFor("the held observer's events") { held.events.load(ordering: .relaxed) == 5 }
+        guard afterRelease.load(ordering: .relaxed) == 0 else {
+            throw ProbeFailure(description: "a released observer got \(afterRelease.load(ordering: .relaxed)) events")
+        }
+        withExtendedLifetime(held) {}
+    }
+    try await waitFor("the subscriber to leave once its last observer was released") { await subscribers(server) == 0 }
+
+    // 2. An observer that removes itself in a callback gets nothing after.
+    do {
+        let remover = Counter(removeAt: 2)
+        store.observers.add(remover, carts: .only(["probe"]))
+        let witness = Counter()
+        store.observers.add(witness, carts: .only(["probe"]))
+        try await waitFor("the state") { remover.loads.load(ordering: .relaxed) == 1 && witness.loads.load(ordering: .relaxed) == 1 }
+        for index in 0..<5 { _ = try await api.addItem("r\(index)", quantity: 1, unitPriceCents: 1, to: "probe") }
+        try await waitFor("the witness's events") { witness.events.load(ordering: .relaxed) == 5 }
+        guard remover.events.load(ordering: .relaxed) == 2 else {
+            throw ProbeFailure(description: "an observer removed in its 2nd callback got \(remover.events.load(ordering: .relaxed))")
+        }
+        withExtendedLifetime(remover) {}
+        withExtendedLifetime(witness) {}
+    }
+    try await waitFor("the subscriber to leave") { await subscribers(server) == 0 }
+
+    // 3. An `updates` loop that ends lets its observer go.
+    var seen = 0
+    for await update in store.updates(of: .only(["probe"])) {
+        if case .loaded = update { seen += 1 }
+        if seen == 1 { break }
+    }
+    try await waitFor("the subscriber to leave after the loop ended") { await subscribers(server) == 0 }
+    print("remote-store-probe: every check held")
+}
+
+guard CommandLine.arguments.count == 2, let server = URL(string: CommandLine.arguments[1]) else {
+    FileHandle.standardError.write(Data("usage: remote-store-probe http://HOST:PORT\n".utf8))
+    exit(2)
+}
+do {
+    try await run(server)
+} catch {
+    FileHandle.standardError.write(Data("remote-store-probe: \(error)\n".utf8))
+    exit(1)
+}
