@@ -3,7 +3,10 @@ import PackageDescription
 
 let package = Package(
     name: "fanout",
-    platforms: [.macOS(.v15)],
+    // What the dependencies need (Synchronization's Atomic, NIO's typed WebSocket upgrader):
+    // the libraries (CartStore, FanoutClient, WeakObservers, FanoutProtocol) are meant for apps
+    // on these platforms too. Only Linux is built here; see the README.
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "CartStore", targets: ["CartStore"]),
         .library(name: "FanoutProtocol", targets: ["FanoutProtocol"]),
@@ -31,6 +34,9 @@ let package = Package(
         // Already there under PostgresNIO and Hummingbird; named for CartStore's services (the
         // PostgreSQL pool and follower, run in the server's service group).
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        // Already there under the tests' Hummingbird WebSocket client; named for FanoutClient's
+        // wss:// and https://.
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.0"),
     ],
     targets: [
         // The cart value types and the wire messages, shared by the store, server and client.
@@ -49,6 +55,7 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
         .target(name: "ProcessSignals"),

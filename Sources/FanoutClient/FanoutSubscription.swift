@@ -79,8 +79,19 @@ public struct FanoutSubscription: Sendable {
     public func run(
         plan: @Sendable () async throws -> Plan?,
         reconsider: AsyncStream<Void>,
-        handle: @escaping @Sendable (Update) async throws -> Void
+        handle consumer: @escaping @Sendable (Update) async throws -> Void
     ) async throws {
+        // The handler's own errors end the subscription; everything else the connection
+        // throws (NIO's, TLS's, the network's) is a lost connection, retried.
+        let handle: @Sendable (Update) async throws -> Void = { update in
+            do {
+                try await consumer(update)
+            } catch let violation as ProtocolViolation {
+                throw violation
+            } catch {
+                throw HandlerFailure(error: error)
+            }
+        }
         let wakeUps = WakeUps(reconsider)
         var failures = 0
         while true {
@@ -89,7 +100,7 @@ public struct FanoutSubscription: Sendable {
                 await wakeUps.next()
                 continue
             }
-            try await handle(.connecting(next))
+            try await consumer(.connecting(next))
             let received = Counter()
             var failure: (any Error)?
             do {
@@ -104,16 +115,18 @@ public struct FanoutSubscription: Sendable {
             var pause = Self.backoff(failures: failures)
             switch failure {
             case nil:
-                try await handle(.disconnected(why: "the server ended the subscription", retryIn: pause))
+                try await consumer(.disconnected(why: "the server ended the subscription", retryIn: pause))
             case let refused as RemoteStoreError where refused.isPermanent:
                 pause = Self.refusalPause
-                try await handle(.refused(refused, retryIn: pause))
+                try await consumer(.refused(refused, retryIn: pause))
             case let error as ProtocolViolation:
-                try await handle(.disconnected(why: "the server broke the protocol (\(error))", retryIn: pause))
+                try await consumer(.disconnected(why: "the server broke the protocol (\(error))", retryIn: pause))
+            case let failure as HandlerFailure:
+                throw failure.error
             case let error as RemoteStoreError:
-                try await handle(.disconnected(why: error.description, retryIn: pause))
+                try await consumer(.disconnected(why: error.description, retryIn: pause))
             case let other?:
-                throw other
+                try await consumer(.disconnected(why: "connection lost (\(other))", retryIn: pause))
             }
             let wait = pause
             _ = try? await wakeUps.interrupting { try await Task.sleep(for: wait) }
@@ -212,6 +225,11 @@ public struct FanoutSubscription: Sendable {
             // Unreachable, restarting, or an old server: the connection attempt will tell.
         }
     }
+}
+
+/// An error the subscription's handler threw: it ends the subscription.
+private struct HandlerFailure: Error {
+    let error: any Error
 }
 
 /// The server sent what the protocol does not allow: the connection is dropped and the

@@ -4,6 +4,8 @@ import Dispatch
     import Glibc
 #elseif canImport(Musl)
     import Musl
+#elseif canImport(Darwin)
+    import Darwin
 #endif
 
 /// Acts on SIGINT, SIGTERM and the like, whichever thread of the process the kernel hands them
@@ -28,11 +30,17 @@ public final class SignalWatch {
         let ends = try SignalPipe.made.get()
         for signalNumber in signals {
             var handler = sigaction()
-            handler.__sigaction_handler.sa_handler = { signalNumber in
+            let onSignal: @convention(c) (Int32) -> Void = { signalNumber in
                 // Only async-signal-safe calls here: one write(2).
                 var byte = UInt8(truncatingIfNeeded: signalNumber)
                 _ = write(SignalPipe.ends?.write ?? -1, &byte, 1)
             }
+            // The C union's Swift name differs between the C libraries.
+            #if canImport(Darwin)
+                handler.__sigaction_u.__sa_handler = onSignal
+            #else
+                handler.__sigaction_handler.sa_handler = onSignal
+            #endif
             sigemptyset(&handler.sa_mask)
             handler.sa_flags = SA_RESTART
             sigaction(signalNumber, &handler, nil)

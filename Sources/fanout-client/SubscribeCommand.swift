@@ -51,9 +51,6 @@ struct SubscribeCommand: AsyncParsableCommand {
         else {
             throw ValidationError("--url must be a ws:// or wss:// URL (got \(url))")
         }
-        if transport == .serverSentEvents, URLComponents(string: url)?.scheme == "wss" {
-            throw ValidationError("--transport sse speaks plain HTTP: use a ws:// URL")
-        }
         do {
             for cart in carts { try CartLimits.checkCartID(cart) }
         } catch {

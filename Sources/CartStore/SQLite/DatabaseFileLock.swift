@@ -2,6 +2,10 @@ import Synchronization
 
 #if canImport(Glibc)
     import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
 #endif
 
 /// One process owns a database: an exclusive lock on `<database>-lock`, held for the store's life.

@@ -17,13 +17,14 @@ struct EventStreamLink {
     /// - Throws: `RemoteStoreError`: `refused` when the server answered with an error,
     ///   `unreachable` when no connection could be made or it broke.
     func run(_ handle: (String) async throws -> Void) async throws {
-        guard let host = url.host else { throw RemoteStoreError.unexpectedAnswer("bad URL \(url)") }
-        let port = url.port ?? 80
+        let endpoint = try Endpoint(url)
+        let (host, port) = (endpoint.host, endpoint.port)
         let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
                 .connect(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        try endpoint.secure(channel)
                         try channel.pipeline.syncOperations.addHTTPClientHandlers()
                         return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
                     }
@@ -31,11 +32,10 @@ struct EventStreamLink {
         } catch {
             throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
         }
-        var headers = HTTPHeaders([("Host", "\(host):\(port)"), ("Accept", "text/event-stream")])
+        var headers = HTTPHeaders([("Host", endpoint.hostHeader), ("Accept", "text/event-stream")])
         if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }
         if let lastEventID { headers.add(name: "Last-Event-ID", value: "\(lastEventID)") }
-        var target = url.path.isEmpty ? "/" : url.path
-        if let query = url.query { target += "?\(query)" }
+        let target = Endpoint.target(of: url)
         try await channel.executeThenClose { inbound, outbound in
             try await outbound.write(.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: headers)))
             try await outbound.write(.end(nil))

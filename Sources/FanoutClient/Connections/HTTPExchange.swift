@@ -37,15 +37,14 @@ enum HTTPExchange {
     private static func exchange(
         _ method: HTTPMethod, _ url: URL, headers extra: [(String, String)], body: [UInt8]?
     ) async throws -> (status: Int, body: [UInt8]) {
-        guard let host = url.host, url.scheme == "http" else {
-            throw RemoteStoreError.unexpectedAnswer("not an http:// URL: \(url)")
-        }
-        let port = url.port ?? 80
+        let endpoint = try Endpoint(url)
+        let (host, port) = (endpoint.host, endpoint.port)
         let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
                 .connect(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        try endpoint.secure(channel)
                         try channel.pipeline.syncOperations.addHTTPClientHandlers()
                         return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
                     }
@@ -53,10 +52,9 @@ enum HTTPExchange {
         } catch {
             throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
         }
-        var headers = HTTPHeaders([("Host", "\(host):\(port)"), ("Connection", "close")] + extra)
+        var headers = HTTPHeaders([("Host", endpoint.hostHeader), ("Connection", "close")] + extra)
         if let body { headers.add(name: "Content-Length", value: "\(body.count)") }
-        var target = url.path.isEmpty ? "/" : url.path
-        if let query = url.query { target += "?\(query)" }
+        let target = Endpoint.target(of: url)
         let head = HTTPRequestHead(version: .http1_1, method: method, uri: target, headers: headers)
         do {
             return try await channel.executeThenClose { inbound, outbound in

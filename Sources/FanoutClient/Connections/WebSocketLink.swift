@@ -27,20 +27,17 @@ struct WebSocketLink {
         url: URL, token: String?,
         _ body: (_ messages: Messages, _ writer: Writer) async throws -> Void
     ) async throws -> Int? {
-        guard let host = url.host, url.scheme == "ws" else {
-            throw RemoteStoreError.unexpectedAnswer("not a ws:// URL: \(url)")
-        }
-        let port = url.port ?? 80
-        var headers = HTTPHeaders([("Host", "\(host):\(port)")])
+        let endpoint = try Endpoint(url)
+        let (host, port) = (endpoint.host, endpoint.port)
+        var headers = HTTPHeaders([("Host", endpoint.hostHeader)])
         if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }
-        var target = url.path.isEmpty ? "/" : url.path
-        if let query = url.query { target += "?\(query)" }
-        let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: headers)
+        let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: Endpoint.target(of: url), headers: headers)
         let upgrade: EventLoopFuture<Upgrade>
         do {
             upgrade = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
                 .connect(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        try endpoint.secure(channel)
                         let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(maxFrameSize: maxMessageSize) { channel, _ in
                             channel.eventLoop.makeCompletedFuture {
                                 .upgraded(try NIOAsyncChannel(wrappingChannelSynchronously: channel))

@@ -1,0 +1,51 @@
+import FanoutClient
+import FanoutTestSupport
+import Foundation
+import NIOConcurrencyHelpers
+import Testing
+
+/// `https://` and `wss://` servers: the client speaks TLS and checks the certificate against the
+/// system's trust roots, so a self-signed one is refused (and retried), never trusted silently.
+@Suite("TLS", .timeLimit(.minutes(1)))
+struct TLSTests {
+    @Test(arguments: FanoutSubscription.Transport.allCases)
+    func aSelfSignedServerIsRefusedWithTheReason(transport: FanoutSubscription.Transport) async throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") else {
+            if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("openssl is missing (apt-get install openssl)") }
+            print("TLSTests skipped: /usr/bin/openssl is missing (apt-get install openssl)")
+            return
+        }
+        let folder = FileManager.default.temporaryDirectory.appending(path: "fanout-tls-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let key = folder.appending(path: "key.pem").path
+        let certificate = folder.appending(path: "cert.pem").path
+        let made = try await runToExit(
+            executable: URL(fileURLWithPath: "/usr/bin/openssl"),
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate, "-days", "1", "-subj", "/CN=127.0.0.1"])
+        try #require(made.status == 0, "openssl req: \(made.standardError)")
+        let port = try freeLoopbackPort()
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        server.arguments = ["s_server", "-accept", "\(port)", "-key", key, "-cert", certificate, "-www", "-quiet"]
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer { server.terminate() }
+
+        let reasons = NIOLockedValueBox<[String]>([])
+        let subscription = FanoutSubscription(server: URL(string: "https://127.0.0.1:\(port)")!, transport: transport)
+        let (never, _) = AsyncStream<Void>.makeStream()
+        let run = Task {
+            try await subscription.run(plan: { .init(carts: nil, since: nil) }, reconsider: never) { update in
+                if case .disconnected(let why, _) = update { reasons.withLockedValue { $0.append(why) } }
+            }
+        }
+        defer { run.cancel() }
+        // (Until openssl listens, the reason is a refused connection.)
+        let refused = await eventually(timeout: .seconds(20), "a handshake refused for the certificate") {
+            reasons.withLockedValue { $0.contains { $0.lowercased().contains("certificate") } }
+        }
+        #expect(refused, "reasons: \(reasons.withLockedValue { $0 })")
+    }
+}
