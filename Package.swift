@@ -37,6 +37,9 @@ let package = Package(
         // Already there under the tests' Hummingbird WebSocket client; named for FanoutClient's
         // wss:// and https://.
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.0"),
+        // `swift package generate-documentation`: DocC for CartStore and FanoutClient (.ci/run
+        // builds it, warnings as errors).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // The cart value types and the wire messages, shared by the store, server and client.
@@ -133,6 +136,13 @@ let package = Package(
             name: "cartstore-crash-writer",
             dependencies: ["CartStore"],
             path: "Tests/CartStoreCrashWriter"
+        ),
+        // Benchmark: `swift run -c release fanout-client-bench`, a RemoteCartStore's cost per event
+        // and observer next to the bare weak observer set.
+        .executableTarget(
+            name: "fanout-client-bench",
+            dependencies: ["FanoutClient", "WeakObservers"],
+            path: "benchmarks/FanoutClientBench"
         ),
         // Benchmark: `swift run -c release fanout-bench`, fan-out against fanout-server or nchan
         // (benchmarks/compare.sh). Shares only FanoutProtocol with fanout-client.

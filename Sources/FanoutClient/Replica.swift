@@ -37,6 +37,11 @@ final class Replica: @unchecked Sendable {
         lock.withLock { body(state) }
     }
 
+    /// The state, for `RemoteCartStore.applyForBenchmark` only.
+    func lockedForBenchmark(_ body: (inout State) -> Void) {
+        lock.withLock { body(&state) }
+    }
+
     /// Runs `body` under the lock: an observer being added. `body` returns whether the replica
     /// must widen to serve it.
     func admit(_ body: (Replica) -> Bool) -> Bool {

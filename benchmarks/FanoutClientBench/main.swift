@@ -1,0 +1,93 @@
+// fanout-client-bench: what a RemoteCartStore costs per event and observer, next to the weak
+// observer set alone (what CartStore's observers cost).
+//
+//     swift run -c release fanout-client-bench
+//
+// Each run applies the same events to a replica whose observers all want every cart (the
+// replica's work: check the version, apply the change to its cart, notify under its lock)
+// and, for comparison, notifies the same number of observers through a bare `WeakObserverSet`
+// (`CartStore.observers`' path). No network: the events are handed to the replica as the
+// subscription would hand them. Numbers are only meaningful from a release build on an
+// otherwise quiet machine.
+
+@_spi(Benchmarks) import FanoutClient
+import Foundation
+import WeakObservers
+
+/// Counts what it is told; one real call per delivery in both variants.
+final class Counting: RemoteCartObserver, @unchecked Sendable {
+    /// Deliveries here are synchronous and on one thread at a time.
+    var total: Int64 = 0
+
+    @inline(never)
+    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+        total &+= event.seq
+    }
+}
+
+struct WeakCounting: WeakObserverReference {
+    weak var observer: Counting?
+    init(_ observer: Counting) { self.observer = observer }
+    static func identity(of observer: Counting) -> ObjectIdentifier { ObjectIdentifier(observer) }
+}
+
+func events(_ count: Int, carts: Int) -> [CartEvent] {
+    var versions = [Int64](repeating: 0, count: carts)
+    let date = Date(timeIntervalSince1970: 0)
+    return (0..<count).map { index in
+        let cart = index % carts
+        versions[cart] += 1
+        let item = CartItem(sku: "s\(index % 7)", quantity: 1, unitPriceCents: 10)
+        return CartEvent(
+            seq: Int64(index + 1), cartID: "c\(cart)", change: .itemAdded(item: item, addedQuantity: 1), version: versions[cart],
+            committedAt: date)
+    }
+}
+
+/// Best of five runs, nanoseconds per event per observer; `prepare` is not timed.
+func best<Fixture>(_ deliveries: Int, prepare: () -> Fixture, _ body: (Fixture) throws -> Void) rethrows -> Double {
+    var best = Double.infinity
+    for _ in 0..<5 {
+        let fixture = prepare()
+        let start = ContinuousClock.now
+        try body(fixture)
+        let elapsed = ContinuousClock.now - start
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        best = min(best, seconds * 1e9 / Double(deliveries))
+    }
+    return best
+}
+
+/// Passed to the bare set's observers, as a store passes itself; it has no observers of its own.
+let unsafeStoreForBenchmark = RemoteCartStore(server: URL(string: "http://127.0.0.1:9")!)
+
+print("fanout-client-bench: ns per event per observer, best of 5 runs")
+print("| observers | RemoteCartStore (replica) | WeakObserverSet alone (CartStore's path) | replica / set |")
+print("| ---: | ---: | ---: | ---: |")
+for observers in [1, 100, 10_000] {
+    let count = max(2_000, 2_000_000 / observers)
+    let log = events(count, carts: 50)
+    let counters = (0..<observers).map { _ in Counting() }
+    let replica = try best(count * observers) {
+        // Nothing listens at this address: the store's own connection attempts fail at once.
+        let store = RemoteCartStore(server: URL(string: "http://127.0.0.1:9")!)
+        for counter in counters { store.observers.add(counter) }
+        return store
+    } _: { store in
+        try store.applyForBenchmark(snapshot: CartSnapshot(carts: [], seq: 0), events: log)
+    }
+    let set = WeakObserverSet<WeakCounting>()
+    for counter in counters { set.add(counter) }
+    let bare = best(count * observers) {
+        ()
+    } _: { _ in
+        for event in log {
+            let cart = Cart(id: event.cartID, version: event.version)
+            set.notify { $0.remoteStore(unsafeStoreForBenchmark, didApply: event, to: cart) }
+        }
+    }
+    print(
+        "| \(observers) | \(String(format: "%.1f", replica)) | \(String(format: "%.1f", bare)) | \(String(format: "%.2f×", replica / bare)) |"
+    )
+    withExtendedLifetime(counters) {}
+}
