@@ -14,8 +14,14 @@ extension CartStore {
     /// An existing line keeps its place and takes the new total quantity, and the price and
     /// name given here.
     ///
-    /// - Parameter expectedVersion: when given, the cart must be at this version (0 for a cart
-    ///   that does not exist yet), or the call fails with `versionConflict` and changes nothing.
+    /// - Parameters:
+    ///   - cartID: the cart (`CartLimits`' id rule).
+    ///   - sku: the line's SKU (the same rule).
+    ///   - quantity: how many to add, 1…10 000 (the line's total stays within that range too).
+    ///   - unitPriceCents: the line's price in cents, 0…10⁹.
+    ///   - name: the line's display name, at most 200 characters.
+    ///   - expectedVersion: when given, the cart must be at this version (0 for a cart that
+    ///     does not exist yet), or the call fails with `versionConflict` and changes nothing.
     @discardableResult
     public func addItem(
         cartID: String, sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil,

@@ -99,9 +99,11 @@ public final class CartStore: Sendable {
     ///   written, `notAFanoutDatabase` for a database with another program's tables,
     ///   `schemaTooNew` for one migrated by a newer version.
     ///
-    /// - Parameter runsItsServices: true (the default), the store runs its connection pool and
-    ///   follower itself until `close`; false, the caller runs `services` in its own service
-    ///   group (as `fanout-server` does), and nothing reaches the database until it does.
+    /// - Parameters:
+    ///   - url: the database, `postgres://user[:password]@host[:port]/database`.
+    ///   - runsItsServices: true (the default), the store runs its connection pool and
+    ///     follower itself until `close`; false, the caller runs `services` in its own service
+    ///     group (as `fanout-server` does), and nothing reaches the database until it does.
     public static func open(postgresURL url: String, runsItsServices: Bool = true) async throws -> CartStore {
         CartStore(backend: try await PostgresBackend.open(url: url), runsItsServices: runsItsServices)
     }

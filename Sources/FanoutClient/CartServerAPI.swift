@@ -31,7 +31,13 @@ public struct CartServerAPI: Sendable {
 
     /// Adds `quantity` of `sku` to the cart (creating the line, or the cart).
     ///
-    /// - Parameter expectedVersion: the version the cart must be at (0: must not exist yet).
+    /// - Parameters:
+    ///   - sku: the line's SKU.
+    ///   - quantity: how many to add.
+    ///   - unitPriceCents: the line's price in cents.
+    ///   - name: the line's display name.
+    ///   - cartID: the cart.
+    ///   - expectedVersion: the version the cart must be at (0: must not exist yet).
     public func addItem(
         _ sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil, to cartID: String, expectedVersion: Int64? = nil
     ) async throws -> WriteResult {

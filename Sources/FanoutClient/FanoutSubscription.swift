@@ -57,7 +57,10 @@ public struct FanoutSubscription: Sendable {
     let api: CartServerAPI
     let transport: Transport
 
-    /// - Parameter server: `http://host:port` of the fanout-server.
+    /// - Parameters:
+    ///   - server: `http://host:port` (or `https://`) of the fanout-server.
+    ///   - transport: WebSocket (the default), or Server-Sent Events.
+    ///   - credentials: the token, or how to get a fresh one before each connection.
     public init(server: URL, transport: Transport = .webSocket, credentials: Credentials = .none) {
         api = CartServerAPI(baseURL: server, credentials: credentials)
         self.transport = transport
@@ -79,11 +82,12 @@ public struct FanoutSubscription: Sendable {
     public func run(
         plan: @Sendable () async throws -> Plan?,
         reconsider: AsyncStream<Void>,
-        handle consumer: @escaping @Sendable (Update) async throws -> Void
+        handle: @escaping @Sendable (Update) async throws -> Void
     ) async throws {
+        let consumer = handle
         // The handler's own errors end the subscription; everything else the connection
         // throws (NIO's, TLS's, the network's) is a lost connection, retried.
-        let handle: @Sendable (Update) async throws -> Void = { update in
+        let deliver: @Sendable (Update) async throws -> Void = { update in
             do {
                 try await consumer(update)
             } catch let violation as ProtocolViolation {
@@ -104,7 +108,7 @@ public struct FanoutSubscription: Sendable {
             let received = Counter()
             var failure: (any Error)?
             do {
-                try await wakeUps.interrupting { try await self.connect(next, received: received, handle: handle) }
+                try await wakeUps.interrupting { try await self.connect(next, received: received, handle: deliver) }
             } catch {
                 failure = error
             }

@@ -66,6 +66,7 @@ public final class RemoteCartStore: Sendable {
     ///   - server: `http://host:port` of the fanout-server.
     ///   - transport: WebSocket (the default), or Server-Sent Events where a WebSocket cannot pass.
     ///   - credentials: the token, or how to get a fresh one before each connection.
+    ///   - releaseCheckInterval: how often released observers are looked for.
     public init(
         server: URL, transport: FanoutSubscription.Transport = .webSocket, credentials: Credentials = .none,
         releaseCheckInterval: Duration = .seconds(1)
@@ -142,8 +143,11 @@ extension RemoteCartStore {
         /// state now (on its queue); otherwise as soon as the store has loaded them. Adding an
         /// observer again replaces its registration, and it is told the state again.
         ///
-        /// - Parameter queue: a serial queue to call it on, in order; `nil` calls it on the
-        ///   store's receiving task.
+        /// - Parameters:
+        ///   - observer: held weakly.
+        ///   - carts: the carts it wants: `.only([...])`, or `.all`.
+        ///   - queue: a serial queue to call it on, in order; `nil` calls it on the store's
+        ///     receiving task.
         public func add(_ observer: any RemoteCartObserver, carts: CartSelection = .all, queue: DispatchQueue? = nil) {
             let interest = ObserverInterest(carts)
             let needsMore = replica.admit { replica in
