@@ -137,7 +137,9 @@ struct EventStreamTests {
         ) { port, server in
             let stalled = try await EventStreamClient(port: port, receiveBuffer: 2_048)
             await eventually("the snapshot") { !stalled.snapshots.isEmpty }
-            try await stalled.stopReading()
+            // On a loaded machine the 1 s lease may end the stream before this: then there is
+            // nothing left to stop reading, and the checks below hold all the same.
+            try? await stalled.stopReading()
             let name = String(repeating: "n", count: 150)
             // About 600 KiB of events at most.
             for index in 0..<2_000 where server.hub.stats.subscribers == 1 {
