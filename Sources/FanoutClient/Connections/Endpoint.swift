@@ -1,6 +1,8 @@
 import FanoutProtocol
 import Foundation
 import NIOCore
+import NIOHTTP1
+import NIOPosix
 import NIOSSL
 
 /// Where a connection goes: host, port, and whether it speaks TLS (`wss://`, `https://`, with
@@ -39,6 +41,24 @@ struct Endpoint: Sendable {
         // in SNI, and the certificate is then checked against the address connected to.
         let isAddress = (try? SocketAddress(ipAddress: host, port: 0)) != nil
         try channel.pipeline.syncOperations.addHandler(try NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : host))
+    }
+
+    /// A connection with HTTP/1.1 client handlers (after TLS when the endpoint needs it).
+    ///
+    /// - Throws: `RemoteStoreError.unreachable` when no connection could be made within 5 s.
+    func connectHTTP() async throws -> NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart> {
+        do {
+            return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
+                .connect(host: host, port: port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try secure(channel)
+                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
+                    }
+                }
+        } catch {
+            throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
+        }
     }
 
     private static let tlsContext = Result { try NIOSSLContext(configuration: .makeClientConfiguration()) }

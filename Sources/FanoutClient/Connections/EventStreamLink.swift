@@ -18,20 +18,7 @@ struct EventStreamLink {
     ///   `unreachable` when no connection could be made or it broke.
     func run(_ handle: (String) async throws -> Void) async throws {
         let endpoint = try Endpoint(url)
-        let (host, port) = (endpoint.host, endpoint.port)
-        let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
-        do {
-            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
-                .connect(host: host, port: port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try endpoint.secure(channel)
-                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
-                    }
-                }
-        } catch {
-            throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
-        }
+        let channel = try await endpoint.connectHTTP()
         var headers = HTTPHeaders([("Host", endpoint.hostHeader), ("Accept", "text/event-stream")])
         if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }
         if let lastEventID { headers.add(name: "Last-Event-ID", value: "\(lastEventID)") }

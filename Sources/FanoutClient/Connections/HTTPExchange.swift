@@ -39,19 +39,7 @@ enum HTTPExchange {
     ) async throws -> (status: Int, body: [UInt8]) {
         let endpoint = try Endpoint(url)
         let (host, port) = (endpoint.host, endpoint.port)
-        let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
-        do {
-            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
-                .connect(host: host, port: port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try endpoint.secure(channel)
-                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
-                    }
-                }
-        } catch {
-            throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
-        }
+        let channel = try await endpoint.connectHTTP()
         var headers = HTTPHeaders([("Host", endpoint.hostHeader), ("Connection", "close")] + extra)
         if let body { headers.add(name: "Content-Length", value: "\(body.count)") }
         let target = Endpoint.target(of: url)
