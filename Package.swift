@@ -29,6 +29,8 @@ let package = Package(
         // Already there under PostgresNIO and Hummingbird; named for CartStore's services (the
         // PostgreSQL pool and follower, run in the server's service group).
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        // Per-user signed tokens (HS256 secret, or PEM/JWKS public keys): verified, never by hand.
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
     ],
     targets: [
         // The cart value types and the wire messages, shared by the store, server and client.
@@ -62,6 +64,7 @@ let package = Package(
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "JWTKit", package: "jwt-kit"),
             ],
             // The page's source, compiled in by EmbedServedFiles rather than copied as a resource.
             exclude: ["Page/index.html", "Page/page.js"],
@@ -151,6 +154,8 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                // Forged and foreign tokens (RS256, ES256, EdDSA) signed in the tests.
+                .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

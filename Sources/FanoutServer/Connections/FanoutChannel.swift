@@ -59,6 +59,8 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             let subscribe = subscribe
             /// Why the upgrade was refused, for the HTTP answer.
             let refusal = NIOLoopBoundBox<APIError?>(nil, eventLoop: channel.eventLoop)
+            /// What the upgrade request's credential allows, once admitted.
+            let admitted = NIOLoopBoundBox<Grant?>(nil, eventLoop: channel.eventLoop)
             let lineGuard = NIOLoopBound(RequestLineGuard(), eventLoop: channel.eventLoop)
             let requestGuard = NIOLoopBound(
                 RequestGuard(bodyTimeout: subscribe.configuration.bodyTimeout.timeAmount, lineGuard: lineGuard.value),
@@ -68,18 +70,17 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                 // `WebSocketTransport` answers bad frames itself: an error message, then the close.
                 enableAutomaticErrorHandling: false,
                 shouldUpgrade: { channel, head in
-                    channel.eventLoop.makeCompletedFuture {
-                        do {
-                            let request = Request(
-                                head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
-                            try subscribe.admit(request)
+                    Self.admission(on: channel.eventLoop, otherwise: .malformed("not a valid WebSocket upgrade request")) {
+                        try await subscribe.admit(try Self.request(head))
+                    }.map { admission in
+                        switch admission {
+                        case .success(let grant):
+                            admitted.value = grant
                             return HTTPHeaders()
-                        } catch let error as APIError {
+                        case .failure(let error):
                             refusal.value = error
-                        } catch {
-                            refusal.value = .malformed("not a valid WebSocket upgrade request")
+                            return nil
                         }
-                        return nil
                     }
                 },
                 upgradePipelineHandler: { channel, _ in
@@ -93,25 +94,30 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                             NIOWebSocketFrameAggregator(
                                 minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: WebSocketTransport.maxFragments,
                                 maxAccumulatedFrameSize: maxSize),
-                            WebSocketTransport(endpoint: subscribe, logger: logger))
+                            WebSocketTransport(endpoint: subscribe, grant: admitted.value ?? .nothing, logger: logger))
                         return .subscriber
                     }
                 })
             let upgradeConfiguration = NIOTypedHTTPServerUpgradeConfiguration(
                 upgraders: [upgrader],
                 notUpgradingCompletionHandler: { channel in
-                    channel.eventLoop.makeCompletedFuture {
+                    var stream: EventLoopFuture<Result<EventStreamAdmission, APIError>?> = channel.eventLoop.makeSucceededFuture(nil)
+                    if refusal.value == nil, let head = requestGuard.value.firstRequest, ServerSentEvents.isStreamRequest(head) {
+                        stream = Self.admission(on: channel.eventLoop, otherwise: .malformed("not a valid event stream request")) {
+                            try await EventStreamAdmission(head, subscribe: subscribe)
+                        }.map { $0 }
+                    }
+                    return stream.flatMapThrowing { stream in
                         let operations = channel.pipeline.syncOperations
-                        if refusal.value == nil, let head = requestGuard.value.firstRequest, ServerSentEvents.isStreamRequest(head) {
-                            do {
-                                try Self.startEventStream(
-                                    head, on: channel, subscribe: subscribe, requestGuard: requestGuard.value, logger: logger)
-                                return .subscriber
-                            } catch let error as APIError {
-                                refusal.value = error
-                            } catch {
-                                refusal.value = .malformed("not a valid event stream request")
-                            }
+                        switch stream {
+                        case .success(let admission)?:
+                            try Self.startEventStream(
+                                admission, on: channel, subscribe: subscribe, requestGuard: requestGuard.value, logger: logger)
+                            return .subscriber
+                        case .failure(let error)?:
+                            refusal.value = error
+                        case nil:
+                            break
                         }
                         try operations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
                         try operations.addHandlers(http1.additionalChannelHandlers())
@@ -146,23 +152,61 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         }
     }
 
-    /// Admits a request for an event stream and hands the connection to its transport, without
-    /// the HTTP handlers (it writes its own response head, and reads nothing more); throws the
-    /// `APIError` to answer instead.
+    /// A request for an event stream, admitted: what its credential allows, what it subscribes
+    /// to, and the browser origin to allow in its answer.
+    struct EventStreamAdmission: Sendable {
+        let grant: Grant
+        let subscription: ServerSentEvents.Subscription
+        let allowedOrigin: String?
+
+        /// Throws the `APIError` to answer instead of the stream.
+        init(_ head: HTTPRequestHead, subscribe: SubscribeEndpoint) async throws {
+            let request = try FanoutChannel.request(head)
+            grant = try await subscribe.admit(request)
+            subscription = try ServerSentEvents.subscription(of: request, endpoint: subscribe, grant: grant)
+            allowedOrigin = request.headers[.origin].flatMap { subscribe.access.allowedOrigins.contains($0) ? $0 : nil }
+        }
+    }
+
+    /// Hands the connection of an admitted event stream to its transport, without the HTTP
+    /// handlers (it writes its own response head, and reads nothing more).
     private static func startEventStream(
-        _ head: HTTPRequestHead, on channel: any Channel, subscribe: SubscribeEndpoint, requestGuard: RequestGuard, logger: Logger
+        _ admission: EventStreamAdmission, on channel: any Channel, subscribe: SubscribeEndpoint, requestGuard: RequestGuard,
+        logger: Logger
     ) throws {
-        let request = Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
-        try subscribe.admit(request)
-        let subscription = try ServerSentEvents.subscription(of: request, endpoint: subscribe)
-        let origin = request.headers[.origin].flatMap { subscribe.access.allowedOrigins.contains($0) ? $0 : nil }
         let operations = channel.pipeline.syncOperations
         operations.removeHandler(requestGuard, promise: nil)
         operations.removeHandler(requestGuard.lineGuard, promise: nil)
         try operations.removeHandler(context: operations.context(handlerType: ByteToMessageHandler<HTTPRequestDecoder>.self), promise: nil)
         try operations.removeHandler(context: operations.context(handlerType: HTTPResponseEncoder.self), promise: nil)
         try operations.addHandler(
-            ServerSentEventsTransport(endpoint: subscribe, subscription: subscription, allowedOrigin: origin, logger: logger))
+            ServerSentEventsTransport(
+                endpoint: subscribe, subscription: admission.subscription, grant: admission.grant,
+                allowedOrigin: admission.allowedOrigin, logger: logger))
+    }
+
+    /// The `/subscribe` request of a connection's first head, as Hummingbird's routes see one.
+    static func request(_ head: HTTPRequestHead) throws -> Request {
+        Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
+    }
+
+    /// Runs a subscription's admission off the event loop (a signed token is verified by an
+    /// actor), and answers on `loop` with what it allows, or the `APIError` to answer instead
+    /// (`otherwise` for any other error: a request that is not a valid one).
+    static func admission<T: Sendable>(
+        on loop: any EventLoop, otherwise: APIError, _ checks: @escaping @Sendable () async throws -> T
+    ) -> EventLoopFuture<Result<T, APIError>> {
+        let promise = loop.makePromise(of: Result<T, APIError>.self)
+        promise.completeWithTask {
+            do {
+                return .success(try await checks())
+            } catch let error as APIError {
+                return .failure(error)
+            } catch {
+                return .failure(otherwise)
+            }
+        }
+        return promise.futureResult
     }
 
     /// Serves HTTP for the connection's lifetime; for a subscriber, returns once upgraded.
@@ -188,13 +232,14 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         do {
             let body = try error.body()
             try await http.executeThenClose { _, outbound in
-                let head = HTTPResponse(
+                var head = HTTPResponse(
                     status: error.status,
                     headerFields: [
                         .connection: "close",
                         .contentType: APIError.contentType,
                         .contentLength: "\(body.readableBytes)",
                     ])
+                if let challenge = error.wwwAuthenticate { head.headerFields[.wwwAuthenticate] = challenge }
                 try await outbound.write(contentsOf: [.head(head), .body(body), .end(nil)])
             }
         } catch {

@@ -2,8 +2,10 @@ import CartStore
 import Hummingbird
 
 /// `/subscribe`, for every transport: who may open a subscription there, and what a valid one
-/// asks for. A transport checks its opening request with `admit` and a subscription's carts and
-/// `since` with `validate`, then hands them to `Subscriber.subscribe`.
+/// asks for. A transport checks its opening request with `admit`, which returns what its
+/// credential allows (`Grant`), and a subscription's carts and `since` with `validate`; the
+/// grant turns the carts asked for into the subscription's filter (`Grant.readable`), once, so
+/// the fan-out checks nothing per event. Then `Subscriber.subscribe`.
 struct SubscribeEndpoint: Sendable {
     static let path = "/subscribe"
 
@@ -16,8 +18,9 @@ struct SubscribeEndpoint: Sendable {
     let hosts: HostPolicy
     let access: AccessPolicy
 
-    /// Throws the `APIError` to answer instead of opening a subscription for `request`.
-    func admit(_ request: Request) throws {
+    /// What the credential of `request` allows; throws the `APIError` to answer instead of
+    /// opening a subscription.
+    func admit(_ request: Request) async throws -> Grant {
         guard request.uri.path == Self.path else {
             throw APIError(.notFound, "no subscriptions at \(request.uri.path.prefix(100))")
         }
@@ -25,13 +28,14 @@ struct SubscribeEndpoint: Sendable {
             throw APIError(.methodNotAllowed, "a subscription is opened with GET")
         }
         try hosts.check(request)
-        try access.check(request, requiresToken: true)
+        let grant = try await access.grant(for: request, needs: .credential)
         guard !hub.isShuttingDown else {
             throw APIError(.shuttingDown, "the server is shutting down")
         }
         guard hub.subscriberCount < configuration.maxSubscribers else {
             throw APIError(.serverFull, "the server has its maximum of \(configuration.maxSubscribers) subscribers")
         }
+        return grant
     }
 
     /// The problem with a subscription's fields, if any.
