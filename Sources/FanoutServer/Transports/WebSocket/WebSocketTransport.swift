@@ -50,8 +50,10 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     private var pendingPong: ByteBuffer?
     /// The client sent its close frame: answer with a close frame, nothing else.
     private var answeringClose = false
-    /// A `refresh` token is being verified: one at a time per connection.
-    private var refreshing = false
+    /// `refresh` tokens not yet verified, oldest first: the first is being verified (one at a
+    /// time per connection, in the order sent), at most `maxRefreshesWaiting` more wait.
+    private var refreshes: [String] = []
+    static let maxRefreshesWaiting = 4
 
     init(endpoint: SubscribeEndpoint, grant: Grant, logger: Logger) {
         self.endpoint = endpoint
@@ -248,18 +250,25 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         }
     }
 
-    /// Verifies a fresh token off the loop, then hands it to the subscriber on it; a refused
-    /// one is an error message, and the subscription goes on until the old token's `exp`.
+    /// Queues a fresh token to be verified (in the order sent, one at a time); a refused one is
+    /// an error message, and the subscription goes on until the old token's `exp`.
     private func refresh(_ subscriber: Subscriber, with token: String) {
-        guard let keys = endpoint.access.tokenKeys else {
+        guard endpoint.access.tokenKeys != nil else {
             send(.error(FanoutError(.invalidToken, "this server takes no signed tokens")))
             return
         }
-        guard !refreshing else {
-            send(.error(FanoutError(.badMessage, "a refresh is already being checked: wait for it")))
+        guard refreshes.count <= Self.maxRefreshesWaiting else {
+            send(.error(FanoutError(.badMessage, "too many refreshes waiting to be checked: send one at a time")))
             return
         }
-        refreshing = true
+        refreshes.append(token)
+        if refreshes.count == 1 { verifyNextRefresh(of: subscriber) }
+    }
+
+    /// Verifies the oldest queued token off the loop (jwt-kit's keys are an actor), then hands
+    /// it to the subscriber on it, and goes on with the next.
+    private func verifyNextRefresh(of subscriber: Subscriber) {
+        guard let token = refreshes.first, let keys = endpoint.access.tokenKeys else { return }
         let transport = NIOLoopBound(self, eventLoop: subscriber.loop)
         let loop = subscriber.loop
         Task {
@@ -271,13 +280,14 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
             }
             loop.execute {
                 let transport = transport.value
-                transport.refreshing = false
                 let problem: FanoutError? =
                     switch verified {
                     case .success(let grant): subscriber.refresh(with: grant)
                     case .failure(let error): error
                     }
                 if let problem { transport.send(.error(problem)) }
+                transport.refreshes.removeFirst()
+                transport.verifyNextRefresh(of: subscriber)
             }
         }
     }
