@@ -373,7 +373,9 @@ struct LiveFanoutTests {
     }
 
     @Test func aStuckSubscriberDoesNotMakeEveryPassReadItsBacklog() async throws {
-        let harness = try HubHarness(.init(ringCapacity: 1_000))
+        // A lease far longer than the test: under a full run's load its 200 passes took over
+        // the default 15 s once, and the stuck subscriber's lease lapsed.
+        let harness = try HubHarness(.init(leaseTTL: .seconds(600), ringCapacity: 1_000))
         let (_, stuck) = try await harness.live()
         let (_, reader) = try await harness.live()
         try await Self.setWritable(false, harness, stuck)

@@ -10,7 +10,7 @@ import Testing
 /// Signed tokens on `/subscribe`, over both transports: a subscription is of the token's carts
 /// (snapshot, log and live events alike), a cart outside them is refused, and an open stream
 /// ends when its token expires, unless a WebSocket refreshed it.
-@Suite("Signed tokens on streams", .timeLimit(.minutes(3)))
+@Suite("Signed tokens on streams", .serialized, .timeLimit(.minutes(3)))
 struct SignedTokenStreamTests {
     static func signedTokens(_ configuration: inout ServerConfiguration) {
         configuration.token = SignedTokenHTTPTests.operatorToken
@@ -177,7 +177,10 @@ struct SignedTokenStreamTests {
         let subscriberCount = 1_000
         try await withServer({
             Self.signedTokens(&$0)
-            $0.leaseTTL = .seconds(60)
+            // Few heartbeats: a thousand streams' worth every 200 ms would load the machine
+            // for every other test running meanwhile.
+            $0.heartbeatInterval = .seconds(30)
+            $0.leaseTTL = .seconds(120)
         }) { port, server in
             var streams: [(carts: Set<String>, client: EventStreamClient)] = []
             for index in 0..<subscriberCount {

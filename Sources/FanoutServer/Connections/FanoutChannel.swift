@@ -70,17 +70,18 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                 // `WebSocketTransport` answers bad frames itself: an error message, then the close.
                 enableAutomaticErrorHandling: false,
                 shouldUpgrade: { channel, head in
-                    Self.admission(on: channel.eventLoop, otherwise: .malformed("not a valid WebSocket upgrade request")) {
-                        try await subscribe.admit(try Self.request(head))
-                    }.map { admission in
-                        switch admission {
-                        case .success(let grant):
-                            admitted.value = grant
-                            return HTTPHeaders()
-                        case .failure(let error):
-                            refusal.value = error
-                            return nil
-                        }
+                    let admission: EventLoopFuture<Grant>
+                    do {
+                        admission = subscribe.admit(try Self.request(head), on: channel.eventLoop)
+                    } catch {
+                        admission = channel.eventLoop.makeFailedFuture(error)
+                    }
+                    return admission.map { grant -> HTTPHeaders? in
+                        admitted.value = grant
+                        return HTTPHeaders()
+                    }.recover { error in
+                        refusal.value = error as? APIError ?? .malformed("not a valid WebSocket upgrade request")
+                        return nil
                     }
                 },
                 upgradePipelineHandler: { channel, _ in
@@ -101,23 +102,19 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             let upgradeConfiguration = NIOTypedHTTPServerUpgradeConfiguration(
                 upgraders: [upgrader],
                 notUpgradingCompletionHandler: { channel in
-                    var stream: EventLoopFuture<Result<EventStreamAdmission, APIError>?> = channel.eventLoop.makeSucceededFuture(nil)
+                    var stream: EventLoopFuture<EventStreamAdmission?> = channel.eventLoop.makeSucceededFuture(nil)
                     if refusal.value == nil, let head = requestGuard.value.firstRequest, ServerSentEvents.isStreamRequest(head) {
-                        stream = Self.admission(on: channel.eventLoop, otherwise: .malformed("not a valid event stream request")) {
-                            try await EventStreamAdmission(head, subscribe: subscribe)
-                        }.map { $0 }
+                        stream = EventStreamAdmission.admit(head, subscribe: subscribe, on: channel.eventLoop).map { $0 }.recover { error in
+                            refusal.value = error as? APIError ?? .malformed("not a valid event stream request")
+                            return nil
+                        }
                     }
-                    return stream.flatMapThrowing { stream in
+                    return stream.flatMapThrowing { admission in
                         let operations = channel.pipeline.syncOperations
-                        switch stream {
-                        case .success(let admission)?:
+                        if let admission {
                             try Self.startEventStream(
                                 admission, on: channel, subscribe: subscribe, requestGuard: requestGuard.value, logger: logger)
                             return .subscriber
-                        case .failure(let error)?:
-                            refusal.value = error
-                        case nil:
-                            break
                         }
                         try operations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
                         try operations.addHandlers(http1.additionalChannelHandlers())
@@ -159,12 +156,20 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         let subscription: ServerSentEvents.Subscription
         let allowedOrigin: String?
 
-        /// Throws the `APIError` to answer instead of the stream.
-        init(_ head: HTTPRequestHead, subscribe: SubscribeEndpoint) async throws {
-            let request = try FanoutChannel.request(head)
-            grant = try await subscribe.admit(request)
-            subscription = try ServerSentEvents.subscription(of: request, endpoint: subscribe, grant: grant)
-            allowedOrigin = request.headers[.origin].flatMap { subscribe.access.allowedOrigins.contains($0) ? $0 : nil }
+        /// The admission of a stream request, on `loop`; fails with the `APIError` to answer
+        /// instead of the stream.
+        static func admit(_ head: HTTPRequestHead, subscribe: SubscribeEndpoint, on loop: any EventLoop) -> EventLoopFuture<Self> {
+            let request: Request
+            do {
+                request = try FanoutChannel.request(head)
+            } catch {
+                return loop.makeFailedFuture(error)
+            }
+            return subscribe.admit(request, on: loop).flatMapThrowing { grant in
+                Self(
+                    grant: grant, subscription: try ServerSentEvents.subscription(of: request, endpoint: subscribe, grant: grant),
+                    allowedOrigin: request.headers[.origin].flatMap { subscribe.access.allowedOrigins.contains($0) ? $0 : nil })
+            }
         }
     }
 
@@ -188,25 +193,6 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
     /// The `/subscribe` request of a connection's first head, as Hummingbird's routes see one.
     static func request(_ head: HTTPRequestHead) throws -> Request {
         Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
-    }
-
-    /// Runs a subscription's admission off the event loop (a signed token is verified by an
-    /// actor), and answers on `loop` with what it allows, or the `APIError` to answer instead
-    /// (`otherwise` for any other error: a request that is not a valid one).
-    static func admission<T: Sendable>(
-        on loop: any EventLoop, otherwise: APIError, _ checks: @escaping @Sendable () async throws -> T
-    ) -> EventLoopFuture<Result<T, APIError>> {
-        let promise = loop.makePromise(of: Result<T, APIError>.self)
-        promise.completeWithTask {
-            do {
-                return .success(try await checks())
-            } catch let error as APIError {
-                return .failure(error)
-            } catch {
-                return .failure(otherwise)
-            }
-        }
-        return promise.futureResult
     }
 
     /// Serves HTTP for the connection's lifetime; for a subscriber, returns once upgraded.

@@ -31,17 +31,35 @@ struct AccessPolicy: Sendable {
     /// Whether any credential is asked for at all.
     var asksForCredentials: Bool { token != nil || tokenKeys != nil }
 
+    /// A request's credential, as far as it can be told at once.
+    enum Credential: Sendable {
+        /// Decided: the operator's token, or none needed.
+        case granted(Grant)
+        /// A signed token, to be verified (`verify(_:needs:)`).
+        case signed(String)
+    }
+
     /// What `request` may do, for a route that needs `need`. Throws 403 for a browser origin not
     /// on the allow-list, 401 `unauthorized` without a credential, 401 `invalid_token` for a
     /// signed token that does not verify (403 `bad_token` for a wrong one where only the
     /// operator's is configured), and 403 `insufficient_scope` for a signed token on an
     /// operator's route.
     func grant(for request: Request, needs need: Need) async throws -> Grant {
+        switch try credential(for: request, needs: need) {
+        case .granted(let grant): grant
+        case .signed(let token): try await verify(token, needs: need)
+        }
+    }
+
+    /// The part of `grant(for:needs:)` that needs no verification, on whatever thread asks (an
+    /// event loop, for a subscription): the origin, whether there is a credential, and whether
+    /// it is the operator's.
+    func credential(for request: Request, needs need: Need) throws -> Credential {
         for origin in request.headers[values: .origin] where !isAllowed(origin: origin) && !Self.isSameOrigin(origin, as: request) {
             throw APIError(.originNotAllowed, "origin \(origin.prefix(100)) is not allowed (see --allow-origin)")
         }
-        guard need != .nothing else { return .nothing }
-        guard asksForCredentials else { return .operator }
+        guard need != .nothing else { return .granted(.nothing) }
+        guard asksForCredentials else { return .granted(.operator) }
         let queryTokenAllowed = request.method == .get || request.method == .head
         let offered =
             Self.bearer(request.headers[.authorization])
@@ -49,10 +67,17 @@ struct AccessPolicy: Sendable {
         guard let offered else {
             throw APIError(.unauthorized, "a token is required: Authorization: Bearer <token>")
         }
-        if let token, Self.constantTimeEqual(offered, token) { return .operator }
+        if let token, Self.constantTimeEqual(offered, token) { return .granted(.operator) }
+        guard tokenKeys != nil else { throw APIError(.badToken, "the token is not valid") }
+        return .signed(offered)
+    }
+
+    /// What a signed token allows, verified (by jwt-kit's key collection, an actor: off the
+    /// event loop); throws the `APIError` to answer.
+    func verify(_ token: String, needs need: Need) async throws -> Grant {
         guard let tokenKeys else { throw APIError(.badToken, "the token is not valid") }
         do {
-            let grant = try await tokenKeys.grant(for: offered)
+            let grant = try await tokenKeys.grant(for: token)
             if need == .operatorToken {
                 throw FanoutError(.insufficientScope, "only the operator's --token reads /stats and /metrics")
             }

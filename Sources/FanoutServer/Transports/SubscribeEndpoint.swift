@@ -1,5 +1,6 @@
 import CartStore
 import Hummingbird
+import NIOCore
 
 /// `/subscribe`, for every transport: who may open a subscription there, and what a valid one
 /// asks for. A transport checks its opening request with `admit`, which returns what its
@@ -18,24 +19,37 @@ struct SubscribeEndpoint: Sendable {
     let hosts: HostPolicy
     let access: AccessPolicy
 
-    /// What the credential of `request` allows; throws the `APIError` to answer instead of
-    /// opening a subscription.
-    func admit(_ request: Request) async throws -> Grant {
-        guard request.uri.path == Self.path else {
-            throw APIError(.notFound, "no subscriptions at \(request.uri.path.prefix(100))")
+    /// What the credential of `request` allows, on `loop`: at once for the operator's token (or
+    /// where none is needed), after its verification off the loop for a signed one. The future
+    /// fails with the `APIError` to answer instead of opening a subscription.
+    func admit(_ request: Request, on loop: any EventLoop) -> EventLoopFuture<Grant> {
+        let credential: AccessPolicy.Credential
+        do {
+            guard request.uri.path == Self.path else {
+                throw APIError(.notFound, "no subscriptions at \(request.uri.path.prefix(100))")
+            }
+            guard request.method == .get else {
+                throw APIError(.methodNotAllowed, "a subscription is opened with GET")
+            }
+            try hosts.check(request)
+            credential = try access.credential(for: request, needs: .credential)
+            guard !hub.isShuttingDown else {
+                throw APIError(.shuttingDown, "the server is shutting down")
+            }
+            guard hub.subscriberCount < configuration.maxSubscribers else {
+                throw APIError(.serverFull, "the server has its maximum of \(configuration.maxSubscribers) subscribers")
+            }
+        } catch {
+            return loop.makeFailedFuture(error)
         }
-        guard request.method == .get else {
-            throw APIError(.methodNotAllowed, "a subscription is opened with GET")
+        switch credential {
+        case .granted(let grant):
+            return loop.makeSucceededFuture(grant)
+        case .signed(let token):
+            let promise = loop.makePromise(of: Grant.self)
+            promise.completeWithTask { [access] in try await access.verify(token, needs: .credential) }
+            return promise.futureResult
         }
-        try hosts.check(request)
-        let grant = try await access.grant(for: request, needs: .credential)
-        guard !hub.isShuttingDown else {
-            throw APIError(.shuttingDown, "the server is shutting down")
-        }
-        guard hub.subscriberCount < configuration.maxSubscribers else {
-            throw APIError(.serverFull, "the server has its maximum of \(configuration.maxSubscribers) subscribers")
-        }
-        return grant
     }
 
     /// The problem with a subscription's fields, if any.
