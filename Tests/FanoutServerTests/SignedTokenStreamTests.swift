@@ -1,6 +1,8 @@
 import FanoutTestSupport
 import Foundation
 import HTTPTypes
+import Logging
+import NIOConcurrencyHelpers
 import NIOWebSocket
 import Testing
 
@@ -167,6 +169,54 @@ struct SignedTokenStreamTests {
             await eventually("the events it missed, then the live one") { resumed.cartEvents.count == 2 }
             #expect(stream.cartEvents.map(\.seq) + resumed.cartEvents.map(\.seq) == [1, 2, 4])
             await resumed.close()
+        }
+    }
+
+    /// Every line the server logs, at the most detailed level, as text.
+    struct RecordingLogHandler: LogHandler {
+        let lines: NIOLockedValueBox<[String]>
+        var logLevel: Logger.Level = .trace
+        var metadata: Logger.Metadata = [:]
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let all = metadata.merging(event.metadata ?? [:]) { _, new in new }
+            lines.withLockedValue { $0.append("\(event.message) \(all) \(event.error.map { "\($0)" } ?? "")") }
+        }
+    }
+
+    @Test func noTokenIsEverLoggedEvenAtTrace() async throws {
+        let lines = NIOLockedValueBox<[String]>([])
+        var logger = Logger(label: "fanout-test") { _ in RecordingLogHandler(lines: lines) }
+        logger.logLevel = .trace
+        let valid = try await Tokens.hs256("alice", carts: ["alice"], expiresIn: 2)
+        let expired = try await Tokens.hs256("alice", carts: ["alice"], expiresIn: -60)
+        let forged = try await Tokens.hs256("alice", carts: ["*"], secret: String(repeating: "f", count: 40))
+        let tokens = [valid, expired, forged, SignedTokenHTTPTests.operatorToken]
+        try await withServer(Self.signedTokens, logger: logger) { port, server in
+            let webSocket = TestSubscriber(port: port, path: "/subscribe?token=\(valid)")
+            try await webSocket.subscribe()
+            try await webSocket.send(.refresh(token: forged))
+            let stream = try await EventStreamClient(port: port, path: "/subscribe?token=\(valid)")
+            for token in [expired, forged] {
+                let refused = try await EventStreamClient(port: port, path: "/subscribe?token=\(token)")
+                await eventually("the refusal") { refused.refusalBody != nil }
+                _ = try? await StalledClient.blocking { try RawWebSocket(port: port).upgrade(path: "/subscribe?token=\(token)") }
+            }
+            _ = try await webSocket.closeFrame()
+            await eventually(timeout: .seconds(10), "the stream's end") { stream.isClosed }
+            #expect(server.hub.stats.ended["tokenExpired"] == 2)
+        }
+        let logged = lines.withLockedValue { $0 }
+        #expect(!logged.isEmpty, "the server logged at trace")
+        for token in tokens {
+            // Any part of one: a signed token's signature is its last part.
+            let secretPart = String(token.split(separator: ".").last ?? "")
+            #expect(!logged.contains { $0.contains(secretPart) }, "a log line carries a token")
         }
     }
 

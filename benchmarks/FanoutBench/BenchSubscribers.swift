@@ -217,7 +217,7 @@ private struct Endpoint: Sendable {
         let hostHeader = host.contains(":") ? "[\(host)]" : host
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: components.port == nil ? hostHeader : "\(hostHeader):\(port)")
-        if let token = target.token { headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let token = target.subscriberToken { headers.add(name: "Authorization", value: "Bearer \(token)") }
         let path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         let uri = components.percentEncodedQuery.map { "\(path)?\($0)" } ?? path
         requestHead = HTTPRequestHead(version: .http1_1, method: .GET, uri: uri, headers: headers)
