@@ -77,13 +77,15 @@ struct SignedTokenStreamTests {
         }
     }
 
-    @Test func anEventStreamOfAliceCarriesOnlyHerCarts() async throws {
+    @Test func anEventStreamOfAliceCarriesOnlyHerCartsAndAnAdminsAllOfThem() async throws {
         let alice = try await Tokens.hs256("alice", carts: ["alice", "alice-wishlist"], scope: "read")
+        let admin = try await Tokens.hs256("admin", carts: ["*"], scope: "read")
         try await withServer(Self.signedTokens) { port, server in
             _ = try await server.store.addItem(cartID: "bob", sku: "seed", quantity: 1, unitPriceCents: 1)
             _ = try await server.store.addItem(cartID: "alice", sku: "seed", quantity: 1, unitPriceCents: 1)
             let stream = try await EventStreamClient(port: port, path: "/subscribe?token=\(alice)")
-            await eventually("the snapshot") { !stream.snapshots.isEmpty }
+            let all = try await EventStreamClient(port: port, path: "/subscribe?carts=bob", headers: [("Authorization", "Bearer \(admin)")])
+            await eventually("the snapshots") { !stream.snapshots.isEmpty && !all.snapshots.isEmpty }
             #expect(stream.snapshots.first?.data.contains(#""id":"bob""#) == false)
             #expect(stream.snapshots.first?.data.contains(#""id":"alice""#) == true)
             for cart in ["bob", "alice-wishlist", "bob"] {
@@ -92,7 +94,10 @@ struct SignedTokenStreamTests {
             _ = try await server.store.addItem(cartID: "alice", sku: "apple", quantity: 1, unitPriceCents: 1)
             await eventually("her events") { stream.cartEvents.count == 2 }
             #expect(stream.cartEvents.map(\.seq) == [4, 6])
+            await eventually("bob's events, for the admin") { all.cartEvents.count == 2 }
+            #expect(all.cartEvents.map(\.seq) == [3, 5])
             await stream.close()
+            await all.close()
         }
     }
 

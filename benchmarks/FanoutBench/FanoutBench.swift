@@ -175,6 +175,13 @@ struct BenchTarget: Sendable {
     }
 
     static let welcomeType = Array(#""type":"welcome""#.utf8)
+    private static let snapshotType = Array(#""type":"snapshot""#.utf8)
+    private static let moreParts = Array(#""more":true"#.utf8)
+
+    /// Whether a fanout message is a snapshot's last part: the subscription is then complete.
+    static func isLastSnapshotPart<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Bool {
+        contains(snapshotType, in: bytes) && !contains(moreParts, in: bytes)
+    }
     private static let eventType = Array(#""type":"event""#.utf8)
     private static let seqKey = Array(#""seq":"#.utf8)
 
