@@ -40,6 +40,8 @@ let package = Package(
         // `swift package generate-documentation`: DocC for CartStore and FanoutClient (.ci/run
         // builds it, warnings as errors).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // Per-user signed tokens (HS256 secret, or PEM/JWKS public keys): verified, never by hand.
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
     ],
     targets: [
         // The cart value types and the wire messages, shared by the store, server and client.
@@ -91,6 +93,7 @@ let package = Package(
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "JWTKit", package: "jwt-kit"),
             ],
             // The page's source, compiled in by EmbedServedFiles rather than copied as a resource.
             exclude: ["Page/index.html", "Page/page.js"],
@@ -199,6 +202,8 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                // Forged and foreign tokens (RS256, ES256, EdDSA) signed in the tests.
+                .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

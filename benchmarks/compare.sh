@@ -4,7 +4,8 @@
 #
 # Environment: RUNS (rounds of every measurement, default 3), SCRATCH (build folder, default
 # .build-release), RUN_TIMEOUT (seconds one measurement may take, default 300), BUILD_TIMEOUT
-# (default 3600).
+# (default 3600), TOKENS=1 (fanout's subscribers hold a signed token naming the carts written,
+# the writers the operator's token: the per-event cost of a token's cart filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -144,7 +145,7 @@ start_fanout() {
     local dir=$TMP/$1 line="" i
     mkdir -p "$dir"
     "$SERVER" --port 0 --db "$dir/fanout.sqlite" --ring-size 4096 --max-subscribers 20000 \
-        --log-level warning >"$dir/stdout" 2>"$dir/stderr" &
+        --log-level warning "${TOKEN_FLAGS[@]}" >"$dir/stdout" 2>"$dir/stderr" &
     SERVER_PID=$!
     STOP_PID=$SERVER_PID
     started+=("$SERVER_PID")
@@ -220,6 +221,19 @@ EOF
 
 RESULTS=$TMP/results
 mkdir -p "$RESULTS"
+
+# TOKENS=1: the server takes signed tokens; each subscriber's names every cart a run writes to
+# (bench-W-N: writer W, its N-th ten writes; 356 carts, the small, large and saturation runs'),
+# so that it receives every event, through a cart filter instead of none.
+TOKEN_FLAGS=()
+BENCH_TOKEN_ARGS=()
+if [ "${TOKENS:-}" = 1 ]; then
+    secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    operator=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    carts=$(python3 -c "print(','.join([f'bench-{w}-{i}' for w in range(4) for i in range(50)] + [f'bench-{w}-{i}' for w in range(4, 16) for i in range(13)]))")
+    TOKEN_FLAGS=(--token "$operator" --jwt-secret "$secret")
+    BENCH_TOKEN_ARGS=(--token "$operator" --subscriber-token "$("$SERVER" token --jwt-secret "$secret" --sub bench --carts "$carts" --ttl 4h)")
+fi
 failures=0
 
 # measure RUN PEER TRANSPORT SUBSCRIBERS EVENTS [WRITERS]   (in round $ROUND)
@@ -230,6 +244,7 @@ measure() {
     local name=$run.$peer.$ROUND
     "start_$peer" "$name"
     args+=(--url "$URL" --server-pid "$SERVER_PID")
+    [ "$peer" != fanout ] || args+=("${BENCH_TOKEN_ARGS[@]}")
     out=$RESULTS/$name.json
     log "round $ROUND/$RUNS, $run: $peer, $subscribers $transport subscribers, $events events${writers:+, $writers writers}"
     timeout -k 10 "$RUN_TIMEOUT" "$BENCH" "${args[@]}" >"$out.tmp" 2>"$TMP/$name/bench.err" &
@@ -304,7 +319,7 @@ for name in sorted(os.listdir(sys.argv[1])):
         print(json.dumps({"run": run, "round": int(rnd), "commit": sys.argv[2], **result}, separators=(",", ":")))
 PY
 {
-    echo "fanout-server vs nchan, $(date -u '+%Y-%m-%d %H:%M UTC'), $RUNS round(s), measurements took ${elapsed} s"
+    echo "fanout-server vs nchan, $(date -u '+%Y-%m-%d %H:%M UTC'), $RUNS round(s), measurements took ${elapsed} s${TOKENS:+ (TOKENS=$TOKENS: fanout subscribers with signed tokens)}"
     echo "machine: $(nproc) cores, $(grep -m 1 'model name' /proc/cpuinfo | sed 's/.*: //'), Linux $(uname -r)," \
         "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), load average $load_before before, $(cut -d ' ' -f 1-3 /proc/loadavg) after"
     echo "versions: $("$NGINX" -v 2>&1 | sed 's/.*: //'), nchan $(dpkg-query -W -f '${Version}' libnginx-mod-nchan 2>/dev/null || echo '?'), fanout $commit$dirty"

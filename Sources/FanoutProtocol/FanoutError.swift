@@ -16,8 +16,18 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
     case notAcceptable = "not_acceptable"
     case notFound = "not_found"
     // Who may ask.
+    /// No credential where one is needed.
     case unauthorized = "unauthorized"
+    /// A wrong `--token` (the operator's shared key), when no signed tokens are configured.
     case badToken = "bad_token"
+    /// A signed token that is malformed, wrongly signed, expired, not yet valid, or for another
+    /// audience: the message says which.
+    case invalidToken = "invalid_token"
+    /// A valid token whose `carts` claim does not name the cart asked for.
+    case forbiddenCart = "forbidden_cart"
+    /// A valid token without the scope the request needs (`write` to change a cart, `read` to
+    /// read one), or a signed token where only the operator's `--token` will do.
+    case insufficientScope = "insufficient_scope"
     case originNotAllowed = "origin_not_allowed"
     case hostNotAllowed = "host_not_allowed"
     // Values outside the rules (`CartLimits`).
@@ -73,14 +83,17 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
     case leaseExpired = "lease_expired"
     /// Fell out of the live ring: resume from the log with `since`.
     case tooSlow = "too_slow"
+    /// The subscription's token expired (a WebSocket may `refresh` it before then): reconnect
+    /// with a fresh one and resume.
+    case tokenExpired = "token_expired"
 
     /// The HTTP status of an answer with this code; nil for the codes only ever sent on an open
     /// subscription.
     public var httpStatus: Int? {
         switch self {
         case .malformedRequest, .invalidCarts, .tooManyCarts: 400
-        case .unauthorized: 401
-        case .badToken, .originNotAllowed: 403
+        case .unauthorized, .invalidToken: 401
+        case .badToken, .originNotAllowed, .forbiddenCart, .insufficientScope: 403
         case .notFound, .cartNotFound, .itemNotFound: 404
         case .methodNotAllowed: 405
         case .notAcceptable: 406
@@ -97,7 +110,7 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
         case .overloaded, .storeUnavailable, .schemaTooNew, .databaseInUse, .notAFanoutDatabase, .shuttingDown, .serverFull: 503
         case .httpVersionNotSupported: 505
         case .storageFull: 507
-        case .badMessage, .alreadySubscribed, .badFrame, .binaryNotSupported, .leaseExpired, .tooSlow: nil
+        case .badMessage, .alreadySubscribed, .badFrame, .binaryNotSupported, .leaseExpired, .tooSlow, .tokenExpired: nil
         }
     }
 
@@ -109,6 +122,7 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
         case .leaseExpired: Int(FanoutCloseCode.leaseExpired.rawValue)
         case .tooSlow: Int(FanoutCloseCode.tooSlow.rawValue)
         case .serverFull: Int(FanoutCloseCode.serverFull.rawValue)
+        case .tokenExpired: Int(FanoutCloseCode.tokenExpired.rawValue)
         case .shuttingDown: 1001
         case .internalError: 1011
         case .binaryNotSupported: 1008
@@ -143,7 +157,7 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
     /// help.
     public var isRefusedCredentials: Bool {
         switch self {
-        case .unauthorized, .badToken, .originNotAllowed, .hostNotAllowed: true
+        case .unauthorized, .badToken, .invalidToken, .forbiddenCart, .insufficientScope, .originNotAllowed, .hostNotAllowed: true
         default: false
         }
     }

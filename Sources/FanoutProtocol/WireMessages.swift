@@ -25,9 +25,13 @@ public enum ClientMessage: Sendable, Hashable {
     case subscribe(carts: [String]?, since: Int64?)
     /// Renews the lease. Any message renews it; this one does nothing else.
     case heartbeat
+    /// Hands the server a fresh signed token before the connection's expires: one for the same
+    /// `sub`, whose carts cover the subscription's. Nothing answers it; a token refused is an
+    /// `error` message, and the old one still ends the subscription at its `exp`.
+    case refresh(token: String)
 
     public enum Kind: String, Codable, Sendable {
-        case subscribe, heartbeat
+        case subscribe, heartbeat, refresh
     }
 
     /// The message as the JSON text of its WebSocket frame.
@@ -117,10 +121,12 @@ public enum FanoutCloseCode: UInt16, Sendable, CaseIterable {
     case tooSlow = 4001
     /// The server has its maximum number of subscribers. Retry later.
     case serverFull = 4002
+    /// The subscription's token expired. Reconnect with a fresh token and resume with `since`.
+    case tokenExpired = 4003
 }
 
 private enum MessageKeys: String, CodingKey {
-    case type, carts, since, seq, reason, more, latestSeq, code, message
+    case type, carts, since, seq, reason, more, latestSeq, code, message, token
 }
 
 extension ClientMessage: Codable {
@@ -133,6 +139,8 @@ extension ClientMessage: Codable {
                 since: try container.decodeIfPresent(Int64.self, forKey: .since))
         case .heartbeat:
             self = .heartbeat
+        case .refresh:
+            self = .refresh(token: try container.decode(String.self, forKey: .token))
         }
     }
 
@@ -145,6 +153,9 @@ extension ClientMessage: Codable {
             try container.encodeIfPresent(since, forKey: .since)
         case .heartbeat:
             try container.encode(Kind.heartbeat, forKey: .type)
+        case .refresh(let token):
+            try container.encode(Kind.refresh, forKey: .type)
+            try container.encode(token, forKey: .token)
         }
     }
 }

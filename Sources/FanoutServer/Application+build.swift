@@ -54,7 +54,11 @@ func buildApplication(
             ringCapacity: configuration.ringSize,
             maxSubscribers: configuration.maxSubscribers), logger: logger)
     store.observers.add(hub)
-    let access = AccessPolicy(token: configuration.token, allowedOrigins: configuration.allowedOrigins)
+    var tokenKeys: TokenKeys?
+    if configuration.jwtSecret != nil || configuration.jwtKey != nil {
+        tokenKeys = try await TokenKeys(secret: configuration.jwtSecret, keyFile: configuration.jwtKey, audience: configuration.jwtAudience)
+    }
+    let access = AccessPolicy(token: configuration.token, tokenKeys: tokenKeys, allowedOrigins: configuration.allowedOrigins)
 
     let router = Router(context: FanoutRequestContext.self)
     let hosts = HostPolicy(listeningOn: configuration.host, allowedHosts: configuration.allowedHosts)

@@ -14,7 +14,10 @@ struct FanoutServerCommand: AsyncParsableCommand {
             Example: fanout-server --port 8080 --db ./fanout.sqlite
             Several servers share one PostgreSQL database: every one delivers every commit.
             Example: fanout-server --port 8080 --db postgres://fanout@127.0.0.1:5432/fanout
-            """)
+            Each user sees only their own carts with signed tokens (see `fanout-server token`).
+            Example: fanout-server --token OPERATOR-KEY --jwt-secret SECRET
+            """,
+        subcommands: [TokenCommand.self])
 
     @Option(help: "Port to listen on; 0 picks a free one.")
     var port: Int = 8080
@@ -48,8 +51,23 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(help: "Most concurrent subscribers (WebSocket and event stream), and most waiting long-polls.")
     var maxSubscribers: Int = 10_000
 
-    @Option(help: "Require this bearer token for changes, /events and /subscribe (or set FANOUT_TOKEN).")
+    @Option(
+        help:
+            "The operator's bearer token: every route but the page, /healthz and /openapi.json then needs a credential, and this one opens them all, /stats and /metrics included (or set FANOUT_TOKEN)."
+    )
     var token: String?
+
+    @OptionGroup var signing: TokenCommand.Signing
+
+    @Option(
+        name: .customLong("jwt-key"),
+        help: ArgumentHelp(
+            "Accept end users' RS256, ES256 or EdDSA tokens verified with the PEM public key, or the JWKS (keys with kid), in this file.",
+            valueName: "file"))
+    var jwtKey: String?
+
+    @Option(name: .customLong("jwt-audience"), help: "Accept only signed tokens whose aud names this audience.")
+    var jwtAudience: String?
 
     @Option(name: .customLong("allow-origin"), help: "A browser origin allowed to connect, e.g. http://localhost:3000 (repeatable).")
     var allowedOrigins: [String] = []
@@ -70,6 +88,13 @@ struct FanoutServerCommand: AsyncParsableCommand {
         }
         guard ringSize >= 1 else { throw ValidationError("--ring-size must be ≥ 1") }
         guard maxSubscribers >= 1 else { throw ValidationError("--max-subscribers must be ≥ 1") }
+        if let secret = signing.secret(environment: ProcessInfo.processInfo.environment) {
+            do {
+                try TokenKeys.checkSecret(secret)
+            } catch let error as TokenKeys.Unusable {
+                throw ValidationError(error.description)
+            }
+        }
         if let level = logLevel ?? ProcessInfo.processInfo.environment["LOG_LEVEL"], Logger.Level(rawValue: level) == nil {
             throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
         }
@@ -88,6 +113,15 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.ringSize = ringSize
         configuration.maxSubscribers = maxSubscribers
         configuration.token = token ?? environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        configuration.jwtSecret = signing.secret(environment: environment)
+        configuration.jwtAudience = jwtAudience
+        if let jwtKey {
+            do {
+                configuration.jwtKey = try String(contentsOfFile: jwtKey, encoding: .utf8)
+            } catch {
+                throw StartupFailure(description: "cannot read --jwt-key \(jwtKey): \(error.localizedDescription)")
+            }
+        }
         configuration.allowedOrigins = Set(allowedOrigins)
         configuration.allowedHosts = Set(allowedHosts)
         configuration.logLevel = (logLevel ?? environment["LOG_LEVEL"]).flatMap(Logger.Level.init(rawValue:)) ?? .info
@@ -114,9 +148,14 @@ struct FanoutServerCommand: AsyncParsableCommand {
             throw StartupFailure(description: "cannot open database \(Self.withoutPassword(location)): \(error)")
         }
         let host = configuration.host
-        let server = try await buildApplication(configuration: configuration, store: store, logger: logger) { port in
-            // Unbuffered: scripts and tests wait for this line.
-            FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
+        let server: FanoutServerApp
+        do {
+            server = try await buildApplication(configuration: configuration, store: store, logger: logger) { port in
+                // Unbuffered: scripts and tests wait for this line.
+                FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
+            }
+        } catch let error as TokenKeys.Unusable {
+            throw StartupFailure(description: error.description)
         }
         try await server.run()
         try store.close()

@@ -19,8 +19,15 @@ struct ServerConfiguration: Sendable {
     var maxSubscribers = 10_000
     /// Cart ids one subscription may name.
     var maxCartsPerSubscription = 100
-    /// When set, mutations, `/events` and `/subscribe` require it.
+    /// The operator's key (`--token`): when set, every cart route, `/events`, `/subscribe`,
+    /// `/stats` and `/metrics` need a credential, and it opens them all.
     var token: String?
+    /// Signed tokens for end users: HS256 with this secret (`--jwt-secret`)…
+    var jwtSecret: String?
+    /// …and/or verified with this PEM public key or JWKS (the text of `--jwt-key FILE`).
+    var jwtKey: String?
+    /// Signed tokens must name it in `aud` (`--jwt-audience`).
+    var jwtAudience: String?
     /// `Host` names answered besides the loopback ones (see `HostPolicy`).
     var allowedHosts: Set<String> = []
     /// Origins allowed to open WebSockets or send requests from a browser.

@@ -191,6 +191,55 @@ struct PageTests {
         #expect(await second.waitForExit() == 0)
     }
 
+    /// `/?token=JWT`: the page shows only that user's carts, and offers changes only when her
+    /// token has the write scope.
+    @Test func aSignedTokensPageShowsOnlyItsCartsAndChangesOnlyWithWrite() async throws {
+        let executable = try #require(HeadlessChromium.executable, "chromium is not installed: apt-get install chromium")
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let operatorToken = SignedTokenEndToEndTests.operatorToken
+        let server = try ServerProcess(
+            arguments: ["--port", "0", "--db", database, "--token", operatorToken, "--jwt-secret", SignedTokenEndToEndTests.secret])
+        let port = server.port
+        for (cart, sku, quantity, cents, name) in PageTests.seed {
+            let body = #"{"sku":"\#(sku)","quantity":\#(quantity),"unitPriceCents":\#(cents),"name":"\#(name)"}"#
+            #expect(await Mutations.send(port: port, "POST", "/carts/\(cart)/items", body: body, token: operatorToken) != nil)
+        }
+        let reader = try await SignedTokenEndToEndTests.mint(["--sub", "alice", "--carts", "alice,carol", "--scope", "read"])
+        let writer = try await SignedTokenEndToEndTests.mint(["--sub", "bob", "--carts", "bob", "--scope", "read write"])
+        let browser = try HeadlessChromium(executable: executable)
+        let devTools = DevTools(url: try await browser.devToolsURL())
+        /// Whether the page offers changes: its form, and a line's buttons, are shown.
+        let offersChanges =
+            "getComputedStyle(document.getElementById('change-panel')).display !== 'none'"
+            + " && getComputedStyle(document.querySelector('.cart [data-action=inc]')).display !== 'none'"
+
+        let alices = try await devTools.open("http://127.0.0.1:\(port)/?token=\(reader)")
+        var seen = try await alices.waitFor("her snapshot") { $0.state == "live" && !$0.carts.isEmpty }
+        #expect(seen.carts.map(\.id) == ["alice", "carol"])
+        #expect(try await alices.evaluate(offersChanges, as: Bool.self) == false, "read only: no change offered")
+        #expect(try await alices.evaluate("document.getElementById('who').textContent", as: String.self) == "carts of alice · read only")
+        let bobs = try await devTools.open("http://127.0.0.1:\(port)/?token=\(writer)")
+        seen = try await bobs.waitFor("his snapshot") { $0.state == "live" && !$0.carts.isEmpty }
+        #expect(seen.carts.map(\.id) == ["bob"])
+        #expect(try await bobs.evaluate(offersChanges, as: Bool.self) == true)
+        // His change through the page reaches his page, and neither reaches hers.
+        try await bobs.run(#"document.querySelector('[data-cart="bob"] tr[data-sku="butter"] [data-action=inc]').click()"#)
+        seen = try await bobs.waitFor("bob's butter + 1") { $0.lines("bob") == [Line("butter", 2)] }
+        let carolsSeq = try #require(
+            await Mutations.send(
+                port: port, "POST", "/carts/carol/items", body: #"{"sku":"cider","quantity":1,"unitPriceCents":300}"#, token: operatorToken)
+        )
+        seen = try await alices.waitFor("carol's cider") { $0.lines("carol")?.contains(Line("cider", 1)) == true }
+        #expect(seen.seq == "\(carolsSeq)")
+        #expect(seen.carts.map(\.id) == ["alice", "carol"], "bob's change is not on her page")
+
+        await devTools.close()
+        await browser.stop()
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+    }
+
     /// (cart, sku, quantity, unit price in cents, name) of the carts there before the page opens.
     static let seed: [(String, String, Int, Int, String)] = [
         ("alice", "apple", 3, 120, "Apples"), ("alice", "bread", 1, 250, "Sourdough bread"),

@@ -80,7 +80,7 @@ struct HubHarness {
     func connect() async throws -> (Subscriber, RecordingTransport) {
         try await loop.submit {
             let transport = RecordingTransport(loop: loop)
-            let subscriber = Subscriber(loop: loop, hub: hub, transport: transport)
+            let subscriber = Subscriber(loop: loop, hub: hub, transport: transport, grant: .operator)
             hub.connect(subscriber)
             return (subscriber, transport)
         }.get()
@@ -227,7 +227,7 @@ struct LeaseTests {
         let loop = EmbeddedEventLoop()
         let harness = try HubHarness(.init(leaseTTL: .seconds(1)), loop: loop)
         let transport = RecordingTransport(loop: loop)
-        let subscriber = Subscriber(loop: loop, hub: harness.hub, transport: transport)
+        let subscriber = Subscriber(loop: loop, hub: harness.hub, transport: transport, grant: .operator)
         harness.hub.connect(subscriber)
         loop.advanceTime(by: .milliseconds(900))
         subscriber.renewLease()
@@ -245,7 +245,7 @@ struct LeaseTests {
         let loop = EmbeddedEventLoop()
         let harness = try HubHarness(.init(leaseTTL: .seconds(1)), loop: loop)
         let transports = (0..<20).map { _ in RecordingTransport(loop: loop) }
-        let subscribers = transports.map { Subscriber(loop: loop, hub: harness.hub, transport: $0) }
+        let subscribers = transports.map { Subscriber(loop: loop, hub: harness.hub, transport: $0, grant: .operator) }
         for subscriber in subscribers { harness.hub.connect(subscriber) }
         // Ten seconds of heartbeats every 100 ms; the last subscriber stops after 5 s.
         for tick in 1...100 {
@@ -257,6 +257,54 @@ struct LeaseTests {
         }
         #expect(harness.hub.stats.subscribers == 19)
         #expect(transports.dropLast().allSatisfy { $0.closedFor == nil })
+    }
+}
+
+@Suite("Token expiry")
+struct TokenExpiryTests {
+    static func grant(_ subject: String = "alice", carts: Set<String> = ["alice"], expiresIn seconds: TimeInterval) -> Grant {
+        Grant(subject: subject, carts: .only(carts), mayRead: true, mayWrite: false, expiresAt: Date().addingTimeInterval(seconds))
+    }
+
+    @Test func aSubscriberEndsWhenItsTokenExpiresAndIsCountedSo() throws {
+        let loop = EmbeddedEventLoop()
+        let harness = try HubHarness(.init(leaseTTL: .seconds(60)), loop: loop)
+        let transport = RecordingTransport(loop: loop)
+        let subscriber = Subscriber(loop: loop, hub: harness.hub, transport: transport, grant: Self.grant(expiresIn: 2))
+        harness.hub.connect(subscriber)
+        loop.advanceTime(by: .milliseconds(1_900))
+        #expect(transport.closedFor == nil)
+        loop.advanceTime(by: .milliseconds(200))
+        #expect(transport.closedFor == .tokenExpired)
+        #expect(harness.hub.stats.ended["tokenExpired"] == 1)
+        #expect(harness.hub.stats.subscribers == 0)
+    }
+
+    @Test func aRefreshForTheSameSubjectMovesTheDeadline() throws {
+        let loop = EmbeddedEventLoop()
+        let harness = try HubHarness(.init(leaseTTL: .seconds(60)), loop: loop)
+        let transport = RecordingTransport(loop: loop)
+        let subscriber = Subscriber(loop: loop, hub: harness.hub, transport: transport, grant: Self.grant(expiresIn: 2))
+        harness.hub.connect(subscriber)
+        // Someone else's token is refused (one that does not cover the subscription's carts
+        // too: `SignedTokenStreamTests`).
+        #expect(subscriber.refresh(with: Self.grant("bob", expiresIn: 60))?.code == .invalidToken)
+        #expect(subscriber.refresh(with: Self.grant(carts: ["alice", "alice-wishlist"], expiresIn: 10)) == nil)
+        loop.advanceTime(by: .seconds(5))
+        #expect(transport.closedFor == nil, "refreshed until 10 s")
+        loop.advanceTime(by: .seconds(6))
+        #expect(transport.closedFor == .tokenExpired)
+    }
+
+    @Test func theOperatorsCredentialNeverExpires() throws {
+        let loop = EmbeddedEventLoop()
+        let harness = try HubHarness(.init(leaseTTL: .seconds(3_600 * 48)), loop: loop)
+        let transport = RecordingTransport(loop: loop)
+        let subscriber = Subscriber(loop: loop, hub: harness.hub, transport: transport, grant: .operator)
+        harness.hub.connect(subscriber)
+        loop.advanceTime(by: .hours(47))
+        #expect(transport.closedFor == nil)
+        #expect(subscriber.refresh(with: Self.grant(expiresIn: 60))?.code == .invalidToken)
     }
 }
 
@@ -325,7 +373,9 @@ struct LiveFanoutTests {
     }
 
     @Test func aStuckSubscriberDoesNotMakeEveryPassReadItsBacklog() async throws {
-        let harness = try HubHarness(.init(ringCapacity: 1_000))
+        // A lease far longer than the test: under a full run's load its 200 passes took over
+        // the default 15 s once, and the stuck subscriber's lease lapsed.
+        let harness = try HubHarness(.init(leaseTTL: .seconds(600), ringCapacity: 1_000))
         let (_, stuck) = try await harness.live()
         let (_, reader) = try await harness.live()
         try await Self.setWritable(false, harness, stuck)

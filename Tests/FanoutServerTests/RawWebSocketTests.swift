@@ -258,9 +258,10 @@ struct WebSocketTransportTests {
         configuration.leaseTTL = .seconds(60)
         let endpoint = SubscribeEndpoint(
             hub: hub, configuration: configuration, hosts: HostPolicy(listeningOn: "127.0.0.1", allowedHosts: []),
-            access: AccessPolicy(token: nil, allowedOrigins: []))
+            access: AccessPolicy(token: nil, tokenKeys: nil, allowedOrigins: []))
         try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
-        try channel.pipeline.syncOperations.addHandlers(WebSocketFrameEncoder(), WebSocketTransport(endpoint: endpoint, logger: logger))
+        try channel.pipeline.syncOperations.addHandlers(
+            WebSocketFrameEncoder(), WebSocketTransport(endpoint: endpoint, grant: .operator, logger: logger))
         _ = try channel.readOutbound(as: ByteBuffer.self)  // the welcome
 
         channel.isWritable = false

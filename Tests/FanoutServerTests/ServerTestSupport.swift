@@ -18,6 +18,7 @@ import Testing
 func withServer<T: Sendable>(
     _ configure: (inout ServerConfiguration) -> Void = { _ in },
     store: CartStore? = nil,
+    logger: Logger? = nil,
     _ body: @escaping @Sendable (_ port: Int, _ server: FanoutServerApp) async throws -> T
 ) async throws -> T {
     var configuration = ServerConfiguration()
@@ -26,9 +27,10 @@ func withServer<T: Sendable>(
     // Long enough that no heartbeating client expires on a loaded machine; expiry tests set 1 s.
     configuration.leaseTTL = .seconds(5)
     configure(&configuration)
-    var logger = Logger(label: "fanout-test")
-    logger.logLevel = .warning
-    let server = try await buildApplication(configuration: configuration, store: try store ?? CartStore.inMemory(), logger: logger)
+    var quiet = Logger(label: "fanout-test")
+    quiet.logLevel = .warning
+    let server = try await buildApplication(
+        configuration: configuration, store: try store ?? CartStore.inMemory(), logger: logger ?? quiet)
     return try await server.application.test(.live) { client in
         try await body(try #require(client.port), server)
     }

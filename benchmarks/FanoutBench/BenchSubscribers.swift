@@ -217,7 +217,7 @@ private struct Endpoint: Sendable {
         let hostHeader = host.contains(":") ? "[\(host)]" : host
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: components.port == nil ? hostHeader : "\(hostHeader):\(port)")
-        if let token = target.token { headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let token = target.subscriberToken { headers.add(name: "Authorization", value: "Bearer \(token)") }
         let path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         let uri = components.percentEncodedQuery.map { "\(path)?\($0)" } ?? path
         requestHead = HTTPRequestHead(version: .http1_1, method: .GET, uri: uri, headers: headers)
@@ -376,8 +376,8 @@ protocol BenchReceiver: AnyObject {
 
 /// One bench subscriber as an event stream (`Accept: text/event-stream`): sends the request,
 /// skips the response head, and records each event's seq from its `data:` line as it arrives.
-/// Ready on fanout's first event, or on nchan's response head (subscribed as soon as answered),
-/// so writes start only once every stream is open. Each byte is looked at once: lines are cut
+/// Ready on fanout's complete snapshot, or on nchan's response head (subscribed as soon as
+/// answered), so writes start only once every stream is subscribed. Each byte is looked at once: lines are cut
 /// as they complete, and only a `data:` line, or a line split across reads, is copied.
 final class BenchEventStreamHandler: ChannelInboundHandler, BenchReceiver {
     typealias InboundIn = ByteBuffer
@@ -446,7 +446,9 @@ final class BenchEventStreamHandler: ChannelInboundHandler, BenchReceiver {
     private func line(_ line: UnsafeRawBufferPointer, at now: ContinuousClock.Instant) {
         if line.isEmpty || (line.count == 1 && line[0] == UInt8(ascii: "\r")) {
             guard !dataLine.isEmpty else { return }
-            becomeReady()
+            // fanout: subscribed once its snapshot is complete (events after it follow); a write
+            // committed before that is in the snapshot, not an event, and would count as lost.
+            if peer == .nchan || BenchTarget.isLastSnapshotPart(dataLine) { becomeReady() }
             if BenchTarget.isDelivery(dataLine, from: peer), let seq = BenchTarget.seq(in: dataLine) {
                 receipts.append(Receipt(seq: seq, at: now))
             }

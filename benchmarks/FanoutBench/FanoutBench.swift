@@ -62,6 +62,9 @@ struct FanoutBench: AsyncParsableCommand {
     @Option(help: "Bearer token for fanout-server (or set FANOUT_TOKEN).")
     var token: String?
 
+    @Option(help: "Bearer token for the subscribers only, when it is not --token: an end user's signed token.")
+    var subscriberToken: String?
+
     @Option(help: "Threads receiving for the subscribers (default: half the cores, at least 1).")
     var receiveThreads: Int?
 
@@ -85,7 +88,7 @@ struct FanoutBench: AsyncParsableCommand {
 
     func run() async throws {
         let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
-        let target = BenchTarget(peer: peer, transport: transport, baseURLs: url, token: token)
+        let target = BenchTarget(peer: peer, transport: transport, baseURLs: url, token: token, subscriberToken: subscriberToken ?? token)
         let server = ProcessMeter(pids: serverPIDs)
         // This process too: what receiving and writing cost the bench itself.
         let bench = ProcessMeter(pids: [getpid()])
@@ -139,7 +142,10 @@ struct BenchTarget: Sendable {
     /// One server's, or several servers' on one database: subscriber or writer `i` uses the
     /// `i % count`-th.
     let baseURLs: [String]
+    /// The writers' token.
     let token: String?
+    /// The subscribers' token: the writers', or an end user's signed one.
+    let subscriberToken: String?
 
     func baseURL(_ index: Int) -> String { baseURLs[index % baseURLs.count] }
 
@@ -169,6 +175,13 @@ struct BenchTarget: Sendable {
     }
 
     static let welcomeType = Array(#""type":"welcome""#.utf8)
+    private static let snapshotType = Array(#""type":"snapshot""#.utf8)
+    private static let moreParts = Array(#""more":true"#.utf8)
+
+    /// Whether a fanout message is a snapshot's last part: the subscription is then complete.
+    static func isLastSnapshotPart<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Bool {
+        contains(snapshotType, in: bytes) && !contains(moreParts, in: bytes)
+    }
     private static let eventType = Array(#""type":"event""#.utf8)
     private static let seqKey = Array(#""seq":"#.utf8)
 

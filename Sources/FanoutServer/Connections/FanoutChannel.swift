@@ -59,6 +59,8 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             let subscribe = subscribe
             /// Why the upgrade was refused, for the HTTP answer.
             let refusal = NIOLoopBoundBox<APIError?>(nil, eventLoop: channel.eventLoop)
+            /// What the upgrade request's credential allows, once admitted.
+            let admitted = NIOLoopBoundBox<Grant?>(nil, eventLoop: channel.eventLoop)
             let lineGuard = NIOLoopBound(RequestLineGuard(), eventLoop: channel.eventLoop)
             let requestGuard = NIOLoopBound(
                 RequestGuard(bodyTimeout: subscribe.configuration.bodyTimeout.timeAmount, lineGuard: lineGuard.value),
@@ -68,17 +70,17 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                 // `WebSocketTransport` answers bad frames itself: an error message, then the close.
                 enableAutomaticErrorHandling: false,
                 shouldUpgrade: { channel, head in
-                    channel.eventLoop.makeCompletedFuture {
-                        do {
-                            let request = Request(
-                                head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
-                            try subscribe.admit(request)
-                            return HTTPHeaders()
-                        } catch let error as APIError {
-                            refusal.value = error
-                        } catch {
-                            refusal.value = .malformed("not a valid WebSocket upgrade request")
-                        }
+                    let admission: EventLoopFuture<Grant>
+                    do {
+                        admission = subscribe.admit(try Self.request(head), on: channel.eventLoop)
+                    } catch {
+                        admission = channel.eventLoop.makeFailedFuture(error)
+                    }
+                    return admission.map { grant -> HTTPHeaders? in
+                        admitted.value = grant
+                        return HTTPHeaders()
+                    }.recover { error in
+                        refusal.value = error as? APIError ?? .malformed("not a valid WebSocket upgrade request")
                         return nil
                     }
                 },
@@ -93,25 +95,26 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                             NIOWebSocketFrameAggregator(
                                 minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: WebSocketTransport.maxFragments,
                                 maxAccumulatedFrameSize: maxSize),
-                            WebSocketTransport(endpoint: subscribe, logger: logger))
+                            WebSocketTransport(endpoint: subscribe, grant: admitted.value ?? .nothing, logger: logger))
                         return .subscriber
                     }
                 })
             let upgradeConfiguration = NIOTypedHTTPServerUpgradeConfiguration(
                 upgraders: [upgrader],
                 notUpgradingCompletionHandler: { channel in
-                    channel.eventLoop.makeCompletedFuture {
+                    var stream: EventLoopFuture<EventStreamAdmission?> = channel.eventLoop.makeSucceededFuture(nil)
+                    if refusal.value == nil, let head = requestGuard.value.firstRequest, ServerSentEvents.isStreamRequest(head) {
+                        stream = EventStreamAdmission.admit(head, subscribe: subscribe, on: channel.eventLoop).map { $0 }.recover { error in
+                            refusal.value = error as? APIError ?? .malformed("not a valid event stream request")
+                            return nil
+                        }
+                    }
+                    return stream.flatMapThrowing { admission in
                         let operations = channel.pipeline.syncOperations
-                        if refusal.value == nil, let head = requestGuard.value.firstRequest, ServerSentEvents.isStreamRequest(head) {
-                            do {
-                                try Self.startEventStream(
-                                    head, on: channel, subscribe: subscribe, requestGuard: requestGuard.value, logger: logger)
-                                return .subscriber
-                            } catch let error as APIError {
-                                refusal.value = error
-                            } catch {
-                                refusal.value = .malformed("not a valid event stream request")
-                            }
+                        if let admission {
+                            try Self.startEventStream(
+                                admission, on: channel, subscribe: subscribe, requestGuard: requestGuard.value, logger: logger)
+                            return .subscriber
                         }
                         try operations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
                         try operations.addHandlers(http1.additionalChannelHandlers())
@@ -146,23 +149,50 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         }
     }
 
-    /// Admits a request for an event stream and hands the connection to its transport, without
-    /// the HTTP handlers (it writes its own response head, and reads nothing more); throws the
-    /// `APIError` to answer instead.
+    /// A request for an event stream, admitted: what its credential allows, what it subscribes
+    /// to, and the browser origin to allow in its answer.
+    struct EventStreamAdmission: Sendable {
+        let grant: Grant
+        let subscription: ServerSentEvents.Subscription
+        let allowedOrigin: String?
+
+        /// The admission of a stream request, on `loop`; fails with the `APIError` to answer
+        /// instead of the stream.
+        static func admit(_ head: HTTPRequestHead, subscribe: SubscribeEndpoint, on loop: any EventLoop) -> EventLoopFuture<Self> {
+            let request: Request
+            do {
+                request = try FanoutChannel.request(head)
+            } catch {
+                return loop.makeFailedFuture(error)
+            }
+            return subscribe.admit(request, on: loop).flatMapThrowing { grant in
+                Self(
+                    grant: grant, subscription: try ServerSentEvents.subscription(of: request, endpoint: subscribe, grant: grant),
+                    allowedOrigin: request.headers[.origin].flatMap { subscribe.access.allowedOrigins.contains($0) ? $0 : nil })
+            }
+        }
+    }
+
+    /// Hands the connection of an admitted event stream to its transport, without the HTTP
+    /// handlers (it writes its own response head, and reads nothing more).
     private static func startEventStream(
-        _ head: HTTPRequestHead, on channel: any Channel, subscribe: SubscribeEndpoint, requestGuard: RequestGuard, logger: Logger
+        _ admission: EventStreamAdmission, on channel: any Channel, subscribe: SubscribeEndpoint, requestGuard: RequestGuard,
+        logger: Logger
     ) throws {
-        let request = Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
-        try subscribe.admit(request)
-        let subscription = try ServerSentEvents.subscription(of: request, endpoint: subscribe)
-        let origin = request.headers[.origin].flatMap { subscribe.access.allowedOrigins.contains($0) ? $0 : nil }
         let operations = channel.pipeline.syncOperations
         operations.removeHandler(requestGuard, promise: nil)
         operations.removeHandler(requestGuard.lineGuard, promise: nil)
         try operations.removeHandler(context: operations.context(handlerType: ByteToMessageHandler<HTTPRequestDecoder>.self), promise: nil)
         try operations.removeHandler(context: operations.context(handlerType: HTTPResponseEncoder.self), promise: nil)
         try operations.addHandler(
-            ServerSentEventsTransport(endpoint: subscribe, subscription: subscription, allowedOrigin: origin, logger: logger))
+            ServerSentEventsTransport(
+                endpoint: subscribe, subscription: admission.subscription, grant: admission.grant,
+                allowedOrigin: admission.allowedOrigin, logger: logger))
+    }
+
+    /// The `/subscribe` request of a connection's first head, as Hummingbird's routes see one.
+    static func request(_ head: HTTPRequestHead) throws -> Request {
+        Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
     }
 
     /// Serves HTTP for the connection's lifetime; for a subscriber, returns once upgraded.
@@ -188,13 +218,14 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         do {
             let body = try error.body()
             try await http.executeThenClose { _, outbound in
-                let head = HTTPResponse(
+                var head = HTTPResponse(
                     status: error.status,
                     headerFields: [
                         .connection: "close",
                         .contentType: APIError.contentType,
                         .contentLength: "\(body.readableBytes)",
                     ])
+                if let challenge = error.wwwAuthenticate { head.headerFields[.wwwAuthenticate] = challenge }
                 try await outbound.write(contentsOf: [.head(head), .body(body), .end(nil)])
             }
         } catch {

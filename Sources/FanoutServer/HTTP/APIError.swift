@@ -22,13 +22,23 @@ struct APIError: HTTPResponseError {
     var code: FanoutErrorCode { error.code }
 
     func response(from request: Request, context: some RequestContext) throws -> Response {
-        Response(
-            status: status,
-            headers: [.contentType: Self.contentType],
-            body: .init(byteBuffer: try body()))
+        var headers: HTTPFields = [.contentType: Self.contentType]
+        if let challenge = wwwAuthenticate { headers[.wwwAuthenticate] = challenge }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: try body()))
     }
 
     static let contentType = "application/json; charset=utf-8"
+
+    /// The `WWW-Authenticate` challenge of a refused credential (RFC 6750 §3): which kind of
+    /// token to send, and, for one that was refused, why in the error code.
+    var wwwAuthenticate: String? {
+        switch code {
+        case .unauthorized: #"Bearer realm="fanout""#
+        case .invalidToken: #"Bearer error="invalid_token""#
+        case .insufficientScope: #"Bearer error="insufficient_scope""#
+        default: nil
+        }
+    }
 
     /// The `{"error":{…}}` body.
     func body() throws -> ByteBuffer {

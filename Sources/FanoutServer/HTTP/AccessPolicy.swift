@@ -1,24 +1,65 @@
+import FanoutProtocol
 import Foundation
 import Hummingbird
 
-/// Who may use the server: the bearer token and the browser origins allowed.
+/// Who may use the server, and for what: the browser origins allowed, the operator's
+/// `--token`, and the signed tokens of end users (`TokenKeys`).
 ///
 /// A web page open in the user's browser can reach a server on localhost; the `Origin` check
 /// stops it from reading carts over a WebSocket or changing them with a request. Clients that
 /// are not browsers send no `Origin`, or a `ws://` one, and are not affected.
+///
+/// A credential comes as `Authorization: Bearer T`; `?token=T` only for reads and subscriptions,
+/// which browsers open with APIs that cannot set headers (WebSocket, EventSource), never for
+/// changes. It is the operator's token (everything) or a signed one (its `Grant`); with neither
+/// configured the server asks for none, as on a developer's machine.
 struct AccessPolicy: Sendable {
+    /// What a route asks of a credential.
+    enum Need: Sendable {
+        /// Nothing: the page, `/healthz`, `/openapi.json` hold no carts.
+        case nothing
+        /// Any valid credential; what it may do with which cart is its `Grant`'s.
+        case credential
+        /// The operator's `--token`: `/stats` and `/metrics`.
+        case operatorToken
+    }
+
     let token: String?
+    let tokenKeys: TokenKeys?
     let allowedOrigins: Set<String>
 
-    /// Throws 403 for a browser origin not on the allow-list, and 401 when a token is required
-    /// and missing or wrong. The token comes as `Authorization: Bearer T`; `?token=T` only for
-    /// reads and subscriptions, which browsers open with APIs that cannot set headers
-    /// (WebSocket, EventSource), never for changes.
-    func check(_ request: Request, requiresToken: Bool) throws {
+    /// Whether any credential is asked for at all.
+    var asksForCredentials: Bool { token != nil || tokenKeys != nil }
+
+    /// A request's credential, as far as it can be told at once.
+    enum Credential: Sendable {
+        /// Decided: the operator's token, or none needed.
+        case granted(Grant)
+        /// A signed token, to be verified (`verify(_:needs:)`).
+        case signed(String)
+    }
+
+    /// What `request` may do, for a route that needs `need`. Throws 403 for a browser origin not
+    /// on the allow-list, 401 `unauthorized` without a credential, 401 `invalid_token` for a
+    /// signed token that does not verify (403 `bad_token` for a wrong one where only the
+    /// operator's is configured), and 403 `insufficient_scope` for a signed token on an
+    /// operator's route.
+    func grant(for request: Request, needs need: Need) async throws -> Grant {
+        switch try credential(for: request, needs: need) {
+        case .granted(let grant): grant
+        case .signed(let token): try await verify(token, needs: need)
+        }
+    }
+
+    /// The part of `grant(for:needs:)` that needs no verification, on whatever thread asks (an
+    /// event loop, for a subscription): the origin, whether there is a credential, and whether
+    /// it is the operator's.
+    func credential(for request: Request, needs need: Need) throws -> Credential {
         for origin in request.headers[values: .origin] where !isAllowed(origin: origin) && !Self.isSameOrigin(origin, as: request) {
             throw APIError(.originNotAllowed, "origin \(origin.prefix(100)) is not allowed (see --allow-origin)")
         }
-        guard requiresToken, let token else { return }
+        guard need != .nothing else { return .granted(.nothing) }
+        guard asksForCredentials else { return .granted(.operator) }
         let queryTokenAllowed = request.method == .get || request.method == .head
         let offered =
             Self.bearer(request.headers[.authorization])
@@ -26,8 +67,23 @@ struct AccessPolicy: Sendable {
         guard let offered else {
             throw APIError(.unauthorized, "a token is required: Authorization: Bearer <token>")
         }
-        guard Self.constantTimeEqual(offered, token) else {
-            throw APIError(.badToken, "the token is not valid")
+        if let token, Self.constantTimeEqual(offered, token) { return .granted(.operator) }
+        guard tokenKeys != nil else { throw APIError(.badToken, "the token is not valid") }
+        return .signed(offered)
+    }
+
+    /// What a signed token allows, verified (by jwt-kit's key collection, an actor: off the
+    /// event loop); throws the `APIError` to answer.
+    func verify(_ token: String, needs need: Need) async throws -> Grant {
+        guard let tokenKeys else { throw APIError(.badToken, "the token is not valid") }
+        do {
+            let grant = try await tokenKeys.grant(for: token)
+            if need == .operatorToken {
+                throw FanoutError(.insufficientScope, "only the operator's --token reads /stats and /metrics")
+            }
+            return grant
+        } catch let error as FanoutError {
+            throw APIError(error)
         }
     }
 
@@ -65,17 +121,25 @@ struct AccessPolicy: Sendable {
     }
 }
 
-/// Applies the access policy to every HTTP request: origins always, the token everywhere but
-/// `/healthz`, `/openapi.json` and the page at `/`, which say nothing of the carts (reads expose
-/// the same carts as `/events` and `/subscribe`, so they need it too; the page reads them with
-/// the token given in its URL).
-struct AccessMiddleware<Context: RequestContext>: RouterMiddleware {
+/// Applies the access policy to every HTTP request and hands the handlers its `Grant`:
+/// origins always; a credential everywhere but `/healthz`, `/openapi.json` and the page at `/`,
+/// which say nothing of the carts (reads expose the same carts as `/events` and `/subscribe`,
+/// so they need it too; the page reads them with the token given in its URL); the operator's
+/// token for `/stats` and `/metrics`.
+struct AccessMiddleware: RouterMiddleware {
+    typealias Context = FanoutRequestContext
+
     static var openPaths: Set<String> { ["/", PageController.scriptPath, "/healthz", "/openapi.json"] }
+    static var operatorPaths: Set<String> { ["/stats", "/metrics"] }
 
     let policy: AccessPolicy
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        try policy.check(request, requiresToken: !Self.openPaths.contains(request.uri.path))
+        let path = request.uri.path
+        let need: AccessPolicy.Need =
+            Self.openPaths.contains(path) ? .nothing : Self.operatorPaths.contains(path) ? .operatorToken : .credential
+        var context = context
+        context.grant = try await policy.grant(for: request, needs: need)
         return try await next(request, context)
     }
 }

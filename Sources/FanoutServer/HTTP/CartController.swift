@@ -3,7 +3,9 @@ import Foundation
 import Hummingbird
 
 /// The cart API: read carts, and change them (each change one event). Bodies and answers are
-/// FanoutProtocol's types, the ones `fanout-client` decodes.
+/// FanoutProtocol's types, the ones `fanout-client` decodes. Each handler holds the request to
+/// its credential's `Grant` (set by `AccessMiddleware`) before it touches the store: a list is
+/// of the carts it may see, a read or change of another cart is 403.
 struct CartController: Sendable {
     let store: CartStore
     let hub: FanoutHub
@@ -20,13 +22,13 @@ struct CartController: Sendable {
     // MARK: Handlers
 
     @Sendable func list(_ request: Request, context: FanoutRequestContext) async throws -> CartsResponse {
-        let snapshot = try await store.snapshot()
+        let snapshot = try await store.snapshot(of: try context.grant.readable(nil))
         return CartsResponse(carts: snapshot.carts, seq: snapshot.seq)
     }
 
     @Sendable func show(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let cartID = try context.parameters.require("cartID")
-        let snapshot = try await store.snapshot(of: [cartID])
+        let snapshot = try await store.snapshot(of: try context.grant.readable([cartID]))
         guard let cart = snapshot.carts.first else {
             throw APIError(.cartNotFound, "no cart \(cartID)")
         }
@@ -37,6 +39,7 @@ struct CartController: Sendable {
 
     @Sendable func add(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let cartID = try context.parameters.require("cartID")
+        try context.grant.checkWrite(cartID)
         let body = try await request.decodeJSON(AddItemRequest.self, context: context)
         let commit = try await store.addItem(
             cartID: cartID, sku: body.sku, quantity: body.quantity, unitPriceCents: body.unitPriceCents,
@@ -46,6 +49,7 @@ struct CartController: Sendable {
 
     @Sendable func setQuantity(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let cartID = try context.parameters.require("cartID")
+        try context.grant.checkWrite(cartID)
         let sku = try context.parameters.require("sku")
         let body = try await request.decodeJSON(SetQuantityRequest.self, context: context)
         let commit = try await store.setQuantity(
@@ -55,6 +59,7 @@ struct CartController: Sendable {
 
     @Sendable func remove(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let cartID = try context.parameters.require("cartID")
+        try context.grant.checkWrite(cartID)
         let sku = try context.parameters.require("sku")
         let commit = try await store.removeItem(cartID: cartID, sku: sku, expectedVersion: try Self.expectedVersion(request))
         return try respond(to: commit, request: request, context: context)
@@ -62,6 +67,7 @@ struct CartController: Sendable {
 
     @Sendable func clear(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let cartID = try context.parameters.require("cartID")
+        try context.grant.checkWrite(cartID)
         let commit = try await store.clearCart(cartID: cartID, expectedVersion: try Self.expectedVersion(request))
         return try respond(to: commit, request: request, context: context)
     }

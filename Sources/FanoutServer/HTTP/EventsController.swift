@@ -23,11 +23,13 @@ struct EventsController: Sendable {
     /// pruned the answer is 410 `history_too_old`, with the retained range: take `GET /carts`
     /// instead. With `wait=S` (a long-poll, S ≤ 60 seconds) and nothing after `since` yet, the
     /// request waits until an event of those carts commits or S passes (then `events` is empty).
+    /// Without `carts`, the carts the credential may see.
     @Sendable func events(_ request: Request, context: FanoutRequestContext) async throws -> EventsPage {
         let query = request.uri.queryParameters
         let since = try Self.integer(query.get("since"), name: "since") ?? 0
         let limit = try Self.integer(query.get("limit"), name: "limit").map(Int.init) ?? 100
-        let carts = query.get("carts").map { Set($0.split(separator: ",").map(String.init)) }
+        // Only the carts the credential may see: an explicit `carts` naming another is 403.
+        let carts = try context.grant.readable(query.get("carts").map { Set($0.split(separator: ",").map(String.init)) })
         let wait = try Self.integer(query.get("wait"), name: "wait") ?? 0
         guard (0...Self.maxWait).contains(wait) else {
             throw APIError(.invalidWait, "wait must be 0–\(Self.maxWait) seconds (got \(wait))")

@@ -2,12 +2,15 @@ import FanoutProtocol
 import Foundation
 import Hummingbird
 
-/// The request context of the HTTP API: a small body limit, and the product's JSON coding.
+/// The request context of the HTTP API: a small body limit, the product's JSON coding, and what
+/// the request's credential may do.
 struct FanoutRequestContext: RequestContext {
     /// Cart requests are tiny; anything larger is refused with 413 before it is read whole.
     static let maxBodySize = 64 * 1024
 
     var coreContext: CoreRequestContextStorage
+    /// Set by `AccessMiddleware` from the request's credential; nothing until then.
+    var grant = Grant.nothing
 
     init(source: Source) {
         coreContext = .init(source: source)

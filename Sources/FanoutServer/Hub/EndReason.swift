@@ -19,6 +19,8 @@ enum EndReason: Sendable, Hashable {
     case violation(Violation)
     /// The server could not read what the subscriber needed (the store failed).
     case failed
+    /// Its signed token expired, and no fresh one was handed over (`refresh`) in time.
+    case tokenExpired
 
     /// What a peer can get wrong, transport-neutral; each transport names its own codes.
     enum Violation: Sendable, Hashable {
@@ -42,10 +44,11 @@ enum EndReason: Sendable, Hashable {
         case .peerClosed: "peerClosed"
         case .violation: "protocolError"
         case .failed: "failed"
+        case .tokenExpired: "tokenExpired"
         }
     }
 
-    static let names = ["leaseExpired", "tooSlow", "serverFull", "shuttingDown", "peerClosed", "protocolError", "failed"]
+    static let names = ["leaseExpired", "tooSlow", "serverFull", "shuttingDown", "peerClosed", "protocolError", "failed", "tokenExpired"]
 
     /// What the subscriber is told, with the code that says why (and, on a WebSocket, the close
     /// code that follows), when the server ended it: `resume` names how the client resumes
@@ -58,6 +61,7 @@ enum EndReason: Sendable, Hashable {
         case .serverFull: FanoutError(.serverFull, "the server has its maximum of subscribers: retry later")
         case .shuttingDown: FanoutError(.shuttingDown, "the server is shutting down: reconnect later and resume with \(resume)")
         case .failed: FanoutError(.internalError, "the server could not read the event log: reconnect and resume with \(resume)")
+        case .tokenExpired: FanoutError(.tokenExpired, "the token expired: reconnect with a fresh one and resume with \(resume)")
         case .peerClosed, .violation: nil
         }
     }

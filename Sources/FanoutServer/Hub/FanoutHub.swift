@@ -204,6 +204,7 @@ final class FanoutHub: CartStoreObserver {
             return false
         }
         subscriber.startLease()
+        subscriber.startExpiry()
         return true
     }
 
@@ -230,6 +231,7 @@ final class FanoutHub: CartStoreObserver {
         switch reason {
         case .leaseExpired: logger.withSubscriber(subscriber.id).info("lease expired")
         case .tooSlow: logger.withSubscriber(subscriber.id).info("slow subscriber dropped")
+        case .tokenExpired: logger.withSubscriber(subscriber.id).info("token expired")
         case .failed: logger.withSubscriber(subscriber.id).warning("subscriber ended by a server failure")
         default: logger.withSubscriber(subscriber.id).debug("subscriber ended", metadata: ["fanout.reason": "\(reason.name)"])
         }

@@ -36,15 +36,21 @@ final class Subscriber: @unchecked Sendable {
     /// The lease: the last sign of life, and the timer that checks it.
     var leaseRenewedAt: NIODeadline
     var leaseTimer: Scheduled<Void>?
+    /// What its credential allows, until when (`Subscriber+Expiry.swift`): its subscription's
+    /// carts are decided from it once, and it ends when it expires unless refreshed.
+    var grant: Grant
+    var expiryTimer: Scheduled<Void>?
 
-    /// Made on `loop`, with the transport that carries its bytes; `hub.connect` registers it.
-    init(id: String = Subscriber.newID(), loop: any EventLoop, hub: FanoutHub, transport: any SubscriberTransport) {
+    /// Made on `loop`, with the transport that carries its bytes and what its credential
+    /// allows; `hub.connect` registers it.
+    init(id: String = Subscriber.newID(), loop: any EventLoop, hub: FanoutHub, transport: any SubscriberTransport, grant: Grant) {
         self.id = id
         self.loop = loop
         self.hub = hub
         self._transport = transport
         self.framing = transport.framing
         self.leaseRenewedAt = loop.now
+        self.grant = grant
     }
 
     var phase: Phase {
@@ -110,6 +116,8 @@ final class Subscriber: @unchecked Sendable {
         _phase = .ended(reason)
         leaseTimer?.cancel()
         leaseTimer = nil
+        expiryTimer?.cancel()
+        expiryTimer = nil
         let transport = _transport
         // Breaks the cycle with the transport, which holds this subscriber.
         _transport = nil

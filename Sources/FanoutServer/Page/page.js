@@ -8,6 +8,27 @@ const token = params.get("token");          // for the stream (?token=) and chan
 const onlyCarts = params.get("carts");      // optional: follow only these carts (a,b)
 const FEED_LENGTH = 40;
 
+// A signed token's claims, read but not verified (the server verifies it, and refuses what it
+// does not allow): whose carts these are, and whether to offer changes. The operator's token
+// is not a JWT, and may change every cart.
+function tokenClaims(text) {
+  const parts = (text || "").split(".");
+  if (parts.length !== 3) return null;
+  try {
+    const bytes = Uint8Array.from(atob(parts[1].replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
+    const claims = JSON.parse(new TextDecoder().decode(bytes));
+    return claims && typeof claims === "object" ? claims : null;
+  } catch (error) {
+    return null;
+  }
+}
+const claims = tokenClaims(token);
+const mayChange = claims === null || String(claims.scope || "").split(" ").includes("write");
+if (!mayChange) document.body.classList.add("read-only");
+if (claims !== null) {
+  document.getElementById("who").textContent = "carts of " + String(claims.sub) + (mayChange ? "" : " · read only");
+}
+
 // ---- State ------------------------------------------------------------------------------------
 const store = {
   carts: new Map(),      // id → {id, version, items: [{sku, quantity, unitPriceCents, name?, lineTotalCents}]}
@@ -370,14 +391,14 @@ view.grid.addEventListener("click", (click) => {
   const card = click.target.closest("[data-cart]");
   if (!card) return;
   const cartId = card.dataset.cart;
-  if (click.target.closest(".cart-id")) {  // fill the form with this cart
+  if (click.target.closest(".cart-id") && mayChange) {  // fill the form with this cart
     const form = document.getElementById("change");
     form.cart.value = cartId;
     form.sku.focus();
     return;
   }
   const action = click.target.closest("[data-action]")?.dataset.action;
-  if (!action) return;
+  if (!action || !mayChange) return;
   if (action === "clear") return change("DELETE", "/carts/" + encodeURIComponent(cartId));
   const sku = click.target.closest("[data-sku]").dataset.sku;
   const item = store.carts.get(cartId)?.items.find((line) => line.sku === sku);

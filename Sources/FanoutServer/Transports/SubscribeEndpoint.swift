@@ -1,9 +1,12 @@
 import CartStore
 import Hummingbird
+import NIOCore
 
 /// `/subscribe`, for every transport: who may open a subscription there, and what a valid one
-/// asks for. A transport checks its opening request with `admit` and a subscription's carts and
-/// `since` with `validate`, then hands them to `Subscriber.subscribe`.
+/// asks for. A transport checks its opening request with `admit`, which returns what its
+/// credential allows (`Grant`), and a subscription's carts and `since` with `validate`; the
+/// grant turns the carts asked for into the subscription's filter (`Grant.readable`), once, so
+/// the fan-out checks nothing per event. Then `Subscriber.subscribe`.
 struct SubscribeEndpoint: Sendable {
     static let path = "/subscribe"
 
@@ -16,21 +19,36 @@ struct SubscribeEndpoint: Sendable {
     let hosts: HostPolicy
     let access: AccessPolicy
 
-    /// Throws the `APIError` to answer instead of opening a subscription for `request`.
-    func admit(_ request: Request) throws {
-        guard request.uri.path == Self.path else {
-            throw APIError(.notFound, "no subscriptions at \(request.uri.path.prefix(100))")
+    /// What the credential of `request` allows, on `loop`: at once for the operator's token (or
+    /// where none is needed), after its verification off the loop for a signed one. The future
+    /// fails with the `APIError` to answer instead of opening a subscription.
+    func admit(_ request: Request, on loop: any EventLoop) -> EventLoopFuture<Grant> {
+        let credential: AccessPolicy.Credential
+        do {
+            guard request.uri.path == Self.path else {
+                throw APIError(.notFound, "no subscriptions at \(request.uri.path.prefix(100))")
+            }
+            guard request.method == .get else {
+                throw APIError(.methodNotAllowed, "a subscription is opened with GET")
+            }
+            try hosts.check(request)
+            credential = try access.credential(for: request, needs: .credential)
+            guard !hub.isShuttingDown else {
+                throw APIError(.shuttingDown, "the server is shutting down")
+            }
+            guard hub.subscriberCount < configuration.maxSubscribers else {
+                throw APIError(.serverFull, "the server has its maximum of \(configuration.maxSubscribers) subscribers")
+            }
+        } catch {
+            return loop.makeFailedFuture(error)
         }
-        guard request.method == .get else {
-            throw APIError(.methodNotAllowed, "a subscription is opened with GET")
-        }
-        try hosts.check(request)
-        try access.check(request, requiresToken: true)
-        guard !hub.isShuttingDown else {
-            throw APIError(.shuttingDown, "the server is shutting down")
-        }
-        guard hub.subscriberCount < configuration.maxSubscribers else {
-            throw APIError(.serverFull, "the server has its maximum of \(configuration.maxSubscribers) subscribers")
+        switch credential {
+        case .granted(let grant):
+            return loop.makeSucceededFuture(grant)
+        case .signed(let token):
+            let promise = loop.makePromise(of: Grant.self)
+            promise.completeWithTask { [access] in try await access.verify(token, needs: .credential) }
+            return promise.futureResult
         }
     }
 

@@ -25,13 +25,13 @@ final class SubscriberConnection {
         self.configuration = configuration
     }
 
-    /// The connection is ready for `transport`: counts it, bounds its unsent bytes and
-    /// registers its subscriber. Returns the welcome to send, or nil when the hub refused the
-    /// subscriber (it has ended, and its transport was told why).
-    func open(_ channel: any Channel, for transport: any SubscriberTransport) -> ServerMessage? {
+    /// The connection is ready for `transport`, admitted with `grant`: counts it, bounds its
+    /// unsent bytes and registers its subscriber. Returns the welcome to send, or nil when the
+    /// hub refused the subscriber (it has ended, and its transport was told why).
+    func open(_ channel: any Channel, for transport: any SubscriberTransport, grant: Grant) -> ServerMessage? {
         hub.connectionOpened()
         try? channel.syncOptions?.setOption(ChannelOptions.writeBufferWaterMark, value: Self.writeBufferWaterMark)
-        let subscriber = Subscriber(loop: channel.eventLoop, hub: hub, transport: transport)
+        let subscriber = Subscriber(loop: channel.eventLoop, hub: hub, transport: transport, grant: grant)
         self.subscriber = subscriber
         guard hub.connect(subscriber) else { return nil }
         return .welcome(

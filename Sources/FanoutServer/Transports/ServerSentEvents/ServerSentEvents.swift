@@ -52,15 +52,18 @@ enum ServerSentEvents {
         isStreamRequest(path: Substring(request.uri.path), accept: request.headers[values: .accept])
     }
 
-    /// What a stream request subscribes to: `carts=a,b` (absent: all), and where it resumes:
-    /// `Last-Event-ID`, which a browser sends on its own reconnects, else `since=N`.
+    /// What a stream request subscribes to: `carts=a,b` (absent: all the credential may see),
+    /// and where it resumes: `Last-Event-ID`, which a browser sends on its own reconnects, else
+    /// `since=N`.
     struct Subscription: Sendable {
-        var carts: [String]?
+        /// The cart filter, as the credential allows it (nil: every cart).
+        var carts: Set<String>?
         var since: Int64?
     }
 
-    /// The subscription a request asks for; throws the 400 to answer for bad values.
-    static func subscription(of request: Request, endpoint: SubscribeEndpoint) throws -> Subscription {
+    /// The subscription a request asks for, as `grant` allows it; throws the 400 to answer for
+    /// bad values, the 403 for carts the credential may not see.
+    static func subscription(of request: Request, endpoint: SubscribeEndpoint, grant: Grant) throws -> Subscription {
         let query = request.uri.queryParameters
         let carts = query.get("carts").map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) }
         let resumeAfter = request.headers[.lastEventID].map { ($0, "Last-Event-ID") } ?? query.get("since").map { ($0, "since") }
@@ -72,12 +75,16 @@ enum ServerSentEvents {
             since = value
         }
         // An empty list (`carts=`) is refused like the WebSocket's `"carts":[]`.
-        let subscription = Subscription(carts: carts.map { $0 == [""] ? [] : $0 }, since: since)
-        if let problem = endpoint.validate(carts: subscription.carts, since: subscription.since) {
+        let asked = carts.map { $0 == [""] ? [] : $0 }
+        if let problem = endpoint.validate(carts: asked, since: since) {
             // 400 for every refused value of a stream request, as docs/PROTOCOL.md says.
             throw APIError(problem, status: .badRequest)
         }
-        return subscription
+        do {
+            return Subscription(carts: try grant.readable(asked.map(Set.init)), since: since)
+        } catch {
+            throw APIError(error)
+        }
     }
 }
 

@@ -27,6 +27,8 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
 
     private let endpoint: SubscribeEndpoint
     private let subscription: ServerSentEvents.Subscription
+    /// What the request's credential allows.
+    private let grant: Grant
     /// The browser origin to name in `Access-Control-Allow-Origin`, when it is an allowed one.
     private let allowedOrigin: String?
     private let logger: Logger
@@ -35,9 +37,12 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
     private var channel: (any Channel)?
     private var closed = false
 
-    init(endpoint: SubscribeEndpoint, subscription: ServerSentEvents.Subscription, allowedOrigin: String?, logger: Logger) {
+    init(
+        endpoint: SubscribeEndpoint, subscription: ServerSentEvents.Subscription, grant: Grant, allowedOrigin: String?, logger: Logger
+    ) {
         self.endpoint = endpoint
         self.subscription = subscription
+        self.grant = grant
         self.allowedOrigin = allowedOrigin
         self.logger = logger
         connection = SubscriberConnection(hub: endpoint.hub, configuration: endpoint.configuration)
@@ -98,10 +103,10 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
         guard channel.isActive else { return }
         try? channel.syncOptions?.setOption(ChannelOptions.socketOption(.so_sndbuf), value: Self.sendBufferSize)
         channel.write(responseHead(), promise: nil)
-        guard let welcome = connection.open(channel, for: self) else { return }
+        guard let welcome = connection.open(channel, for: self, grant: grant) else { return }
         write(WireFraming.serverSentEvents.frame(ServerEncoding.message(welcome)))
         flush()
-        subscriber?.subscribe(carts: subscription.carts.map(Set.init), since: subscription.since)
+        subscriber?.subscribe(carts: subscription.carts, since: subscription.since)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {}

@@ -35,6 +35,8 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     }
 
     private let endpoint: SubscribeEndpoint
+    /// What the upgrade request's credential allows.
+    private let grant: Grant
     private let logger: Logger
     private var state = State.open
     private let connection: SubscriberConnection
@@ -48,9 +50,14 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     private var pendingPong: ByteBuffer?
     /// The client sent its close frame: answer with a close frame, nothing else.
     private var answeringClose = false
+    /// `refresh` tokens not yet verified, oldest first: the first is being verified (one at a
+    /// time per connection, in the order sent), at most `maxRefreshesWaiting` more wait.
+    private var refreshes: [String] = []
+    static let maxRefreshesWaiting = 4
 
-    init(endpoint: SubscribeEndpoint, logger: Logger) {
+    init(endpoint: SubscribeEndpoint, grant: Grant, logger: Logger) {
         self.endpoint = endpoint
+        self.grant = grant
         self.logger = logger
         connection = SubscriberConnection(hub: endpoint.hub, configuration: endpoint.configuration)
     }
@@ -98,7 +105,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
                 }
             if !answeringClose { send(.error(error)) }
             startClosing(code: code, reason: nil, closeNow: true)
-        case .leaseExpired, .tooSlow, .serverFull, .shuttingDown, .failed:
+        case .leaseExpired, .tooSlow, .serverFull, .shuttingDown, .failed, .tokenExpired:
             guard let error = reason.error(resume: "since"), let code = error.code.closeCode else { return }
             // The close frame's reason says it (123 bytes at most); a store failure is worth an
             // error message too.
@@ -114,7 +121,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         channel = context.channel
         guard context.channel.isActive else { return }
         wire = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
-        if let welcome = connection.open(context.channel, for: self) { send(welcome) }
+        if let welcome = connection.open(context.channel, for: self, grant: grant) { send(welcome) }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -218,7 +225,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         do {
             message = try FanoutJSON.decoder().decode(ClientMessage.self, from: Data(data.readableBytesView))
         } catch {
-            send(.error(FanoutError(.badMessage, "expected {\"type\":\"subscribe\"|\"heartbeat\",…}: \(Self.describe(error))")))
+            send(.error(FanoutError(.badMessage, "expected {\"type\":\"subscribe\"|\"heartbeat\"|\"refresh\",…}: \(Self.describe(error))")))
             return
         }
         switch message {
@@ -233,7 +240,55 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
                 send(.error(problem))
                 return
             }
-            subscriber.subscribe(carts: carts.map(Set.init), since: since)
+            do {
+                subscriber.subscribe(carts: try subscriber.grant.readable(carts.map(Set.init)), since: since)
+            } catch {
+                send(.error(error))
+            }
+        case .refresh(let token):
+            refresh(subscriber, with: token)
+        }
+    }
+
+    /// Queues a fresh token to be verified (in the order sent, one at a time); a refused one is
+    /// an error message, and the subscription goes on until the old token's `exp`.
+    private func refresh(_ subscriber: Subscriber, with token: String) {
+        guard endpoint.access.tokenKeys != nil else {
+            send(.error(FanoutError(.invalidToken, "this server takes no signed tokens")))
+            return
+        }
+        guard refreshes.count <= Self.maxRefreshesWaiting else {
+            send(.error(FanoutError(.badMessage, "too many refreshes waiting to be checked: send one at a time")))
+            return
+        }
+        refreshes.append(token)
+        if refreshes.count == 1 { verifyNextRefresh(of: subscriber) }
+    }
+
+    /// Verifies the oldest queued token off the loop (jwt-kit's keys are an actor), then hands
+    /// it to the subscriber on it, and goes on with the next.
+    private func verifyNextRefresh(of subscriber: Subscriber) {
+        guard let token = refreshes.first, let keys = endpoint.access.tokenKeys else { return }
+        let transport = NIOLoopBound(self, eventLoop: subscriber.loop)
+        let loop = subscriber.loop
+        Task {
+            let verified: Result<Grant, FanoutError>
+            do throws(FanoutError) {
+                verified = .success(try await keys.grant(for: token))
+            } catch {
+                verified = .failure(error)
+            }
+            loop.execute {
+                let transport = transport.value
+                let problem: FanoutError? =
+                    switch verified {
+                    case .success(let grant): subscriber.refresh(with: grant)
+                    case .failure(let error): error
+                    }
+                if let problem { transport.send(.error(problem)) }
+                transport.refreshes.removeFirst()
+                transport.verifyNextRefresh(of: subscriber)
+            }
         }
     }
 

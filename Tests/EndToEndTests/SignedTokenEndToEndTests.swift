@@ -1,0 +1,76 @@
+import FanoutTestSupport
+import Foundation
+import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// Signed tokens with the real executables: `fanout-server token` mints them, `fanout-client`
+/// sends one as its `--token`, and an expired one ends the client's subscription (the expiry
+/// timer, in the release build too: `scripts/test-release`).
+@Suite("Signed tokens end to end", .serialized, .timeLimit(.minutes(3)))
+struct SignedTokenEndToEndTests {
+    static let secret = "an end-to-end secret of at least 32 bytes"
+    static let operatorToken = "op3rator"
+
+    /// A token, as a script gets one: `fanout-server token …` on stdout.
+    static func mint(_ arguments: [String]) async throws -> String {
+        let outcome = try await runToExit("fanout-server", ["token", "--jwt-secret", secret] + arguments)
+        #expect(outcome.status == 0, "stderr: \(outcome.standardError)")
+        return outcome.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The default leases: the only ending a subscriber here may meet is its token's.
+    static func server(_ database: String) throws -> ServerProcess {
+        try ServerProcess(arguments: ["--port", "0", "--db", database, "--token", operatorToken, "--jwt-secret", secret])
+    }
+
+    @Test(arguments: EndToEndTests.transports)
+    func fanoutClientWithAlicesTokenFollowsAndChangesOnlyHerCarts(transport: String) async throws {
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let server = try Self.server(database)
+        let port = server.port
+        let alice = try await Self.mint(["--sub", "alice", "--carts", "alice,alice-wishlist", "--scope", "read write", "--ttl", "1h"])
+        let client = try SubscribeProcess(port: port, arguments: ["--transport", transport, "--token", alice])
+        await eventually("the snapshot") { client.output.first?.type == "snapshot" }
+        let connection = ["--url", "http://127.0.0.1:\(port)", "--token", alice]
+        let mine = try await CartCommandTests.client(["cart", "add", "alice", "apple", "--quantity", "1", "--price", "1"] + connection)
+        #expect(mine.status == 0, "stderr: \(mine.error)")
+        let bobs = try await CartCommandTests.client(["cart", "add", "bob", "apple", "--quantity", "1", "--price", "1"] + connection)
+        #expect(bobs.status == 1)
+        #expect(bobs.error.contains("403 forbidden_cart"), "stderr: \(bobs.error)")
+        let body = #"{"sku":"pear","quantity":1,"unitPriceCents":10}"#
+        #expect(await Mutations.send(port: port, "POST", "/carts/bob/items", body: body, token: Self.operatorToken) == 2)
+        #expect(await Mutations.send(port: port, "POST", "/carts/alice-wishlist/items", body: body, token: Self.operatorToken) == 3)
+        await eventually("her two events") { client.eventSeqs.count >= 2 }
+        #expect(client.eventSeqs == [1, 3])
+        let list = try await CartCommandTests.client(["cart", "list"] + connection)
+        #expect(list.output.contains("alice") && !list.output.contains("bob"), "\(list.output)")
+        client.signal(SIGTERM)
+        _ = await client.waitForExit()
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+    }
+
+    @Test(arguments: EndToEndTests.transports)
+    func anExpiredTokenEndsTheSubscriptionAndTheClientSaysSo(transport: String) async throws {
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let server = try Self.server(database)
+        let shortLived = try await Self.mint(["--sub", "alice", "--carts", "alice", "--ttl", "2s"])
+        let client = try SubscribeProcess(port: server.port, arguments: ["--transport", transport, "--token", shortLived])
+        await eventually("the snapshot") { client.output.first?.type == "snapshot" }
+        // At `exp` the server ends the subscription; the client, refused on its way back with
+        // the same token (401 invalid_token), stops.
+        #expect(await client.waitForExit(timeout: .seconds(30)), "the client gave up once its token expired")
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)/stats")!)
+        request.setValue("Bearer \(Self.operatorToken)", forHTTPHeaderField: "Authorization")
+        let (data, _) = try await URLSession.shared.data(for: request)
+        let stats = (try JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        #expect((stats?["ended"] as? [String: Any])?["tokenExpired"] as? Int == 1)
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+    }
+}
