@@ -211,6 +211,7 @@ public struct FanoutSubscription: Sendable {
         case Int(FanoutCloseCode.leaseExpired.rawValue): " lease expired"
         case Int(FanoutCloseCode.tooSlow.rawValue): " too slow"
         case Int(FanoutCloseCode.serverFull.rawValue): " server full"
+        case Int(FanoutCloseCode.tokenExpired.rawValue): " token expired"
         default: ""
         }
     }

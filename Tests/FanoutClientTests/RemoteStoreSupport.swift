@@ -27,6 +27,11 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
     }
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
+
+    /// The server's `--token`, if it was given one.
+    var operatorToken: String? {
+        extra.firstIndex(of: "--token").flatMap { extra.indices.contains($0 + 1) ? extra[$0 + 1] : nil }
+    }
     var process: ServerProcess { current.withLockedValue { $0 } }
 
     /// Stops the server with `signal` (SIGTERM: a restart; SIGKILL: a crash) and starts it again
@@ -49,8 +54,9 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
     func log() async throws -> [CartEvent] {
         var events: [CartEvent] = []
         while true {
-            let url = URL(string: "http://127.0.0.1:\(port)/events?since=\(events.last?.seq ?? 0)&limit=1000")!
-            let (data, _) = try await URLSession.shared.data(from: url)
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/events?since=\(events.last?.seq ?? 0)&limit=1000")!)
+            if let token = operatorToken { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+            let (data, _) = try await URLSession.shared.data(for: request)
             let page = try FanoutJSON.decoder().decode(EventsPage.self, from: data)
             if page.events.isEmpty { return events }
             events += page.events
