@@ -54,6 +54,22 @@ struct SignedTokenEndToEndTests {
         #expect(await server.waitForExit() == 0)
     }
 
+    @Test func keysItCannotUseStopTheServerAtStartSayingWhy() async throws {
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let cases: [([String], String)] = [
+            (["--jwt-secret", "short"], "--jwt-secret must be at least 32 bytes"),
+            (["--jwt-key", "/nonexistent/key.pem"], "cannot read --jwt-key"),
+            (["--jwt-key", database + ".pem"], "not a PEM public key"),
+        ]
+        try "not a key".write(toFile: database + ".pem", atomically: true, encoding: .utf8)
+        for (arguments, message) in cases {
+            let outcome = try await runToExit("fanout-server", ["--port", "0", "--db", database] + arguments)
+            #expect(outcome.status != 0, "\(arguments)")
+            #expect(outcome.standardError.contains(message), "\(arguments): \(outcome.standardError)")
+        }
+    }
+
     @Test(arguments: EndToEndTests.transports)
     func anExpiredTokenEndsTheSubscriptionAndTheClientSaysSo(transport: String) async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()

@@ -268,6 +268,10 @@ struct SignedTokenHTTPTests {
                 ("an unknown kid", try await Tokens.signed(Tokens.Claims(), by: ecKeys, kid: "ec-2")),
                 ("the P-256 key's kid on an EdDSA token", try await Tokens.signed(Tokens.Claims(), by: edKeys, kid: "ec-1")),
                 ("alg none", try Tokens.unsigned(Tokens.Claims())),
+                (
+                    "HS256 signed with the P-256 public key",
+                    try await Tokens.signed(Tokens.Claims(), by: await Tokens.hmac(ec.publicKey.pemRepresentation), kid: "ec-1")
+                ),
             ]
             for (name, token) in refused {
                 try await client.execute(uri: "/carts/alice", method: .get, headers: Self.bearer(token)) {

@@ -70,6 +70,12 @@ struct SignedTokenStreamTests {
             await eventually("the refusal") { stream.refusalBody != nil }
             #expect(stream.status == 403)
             #expect(stream.refusalBody?.contains(#""code":"forbidden_cart""#) == true)
+            let writeOnly = try await Tokens.hs256("alice", carts: ["alice"], scope: "write")
+            let cannotRead = try await StalledClient.blocking {
+                try RawWebSocket(port: port).upgrade(path: "/subscribe?token=\(writeOnly)")
+            }
+            #expect(cannotRead.head.hasPrefix("HTTP/1.1 403"))
+            #expect(cannotRead.body.contains(#""code":"insufficient_scope""#))
             let noToken = try await EventStreamClient(port: port, path: "/subscribe")
             await eventually("the refusal") { noToken.refusalBody != nil }
             #expect(noToken.status == 401)

@@ -47,7 +47,16 @@ struct SubscribeEndpoint: Sendable {
             return loop.makeSucceededFuture(grant)
         case .signed(let token):
             let promise = loop.makePromise(of: Grant.self)
-            promise.completeWithTask { [access] in try await access.verify(token, needs: .credential) }
+            promise.completeWithTask { [access] in
+                let grant = try await access.verify(token, needs: .credential)
+                do throws(FanoutError) {
+                    // A token that may read nothing is refused before the stream or the upgrade.
+                    _ = try grant.readable(nil)
+                } catch {
+                    throw APIError(error)
+                }
+                return grant
+            }
             return promise.futureResult
         }
     }
