@@ -66,8 +66,9 @@ public struct FanoutSubscription: Sendable {
         self.transport = transport
     }
 
-    /// How long a refused subscription waits before it asks again (a token provider may have
-    /// a fresh token by then): refusals never become a retry storm.
+    /// How long a refused subscription waits before it asks again when its credentials have
+    /// not changed (a provider that has another token is tried again after the usual backoff,
+    /// at least 1 s): refusals never become a retry storm.
     public static let refusalPause: Duration = .seconds(30)
 
     /// Runs until cancelled (or `plan` throws).
@@ -107,8 +108,12 @@ public struct FanoutSubscription: Sendable {
             try await consumer(.connecting(next))
             let received = Counter()
             var failure: (any Error)?
+            var token: String?
             do {
-                try await wakeUps.interrupting { try await self.connect(next, received: received, handle: deliver) }
+                token = try await api.credentials.token()
+                try await wakeUps.interrupting { [token] in
+                    try await self.connect(next, token: token, received: received, handle: deliver)
+                }
             } catch {
                 failure = error
             }
@@ -121,7 +126,10 @@ public struct FanoutSubscription: Sendable {
             case nil:
                 try await consumer(.disconnected(why: "the server ended the subscription", retryIn: pause))
             case let refused as RemoteStoreError where refused.isPermanent:
-                pause = Self.refusalPause
+                // The same credentials would be refused again: ask again much later, unless a
+                // provider already has another token (the one refused had just expired, say).
+                let next = try? await api.credentials.token()
+                pause = next != nil && next != token ? max(pause, .seconds(1)) : Self.refusalPause
                 try await consumer(.refused(refused, retryIn: pause))
             case let error as ProtocolViolation:
                 try await consumer(.disconnected(why: "the server broke the protocol (\(error))", retryIn: pause))
@@ -143,9 +151,10 @@ public struct FanoutSubscription: Sendable {
         return .milliseconds(Int(Double.random(in: 0.05...max(0.05, ceiling)) * 1_000))
     }
 
-    private func connect(_ plan: Plan, received: Counter, handle: @escaping @Sendable (Update) async throws -> Void) async throws {
-        let token = try await api.credentials.token()
-        try await preflight(plan)
+    private func connect(
+        _ plan: Plan, token: String?, received: Counter, handle: @escaping @Sendable (Update) async throws -> Void
+    ) async throws {
+        try await preflight(plan, token: token)
         var reader = MessageReader(handle: handle, received: received)
         switch transport {
         case .webSocket:
@@ -219,11 +228,11 @@ public struct FanoutSubscription: Sendable {
     /// Asks the HTTP API (with the token, for the same carts) whether we may subscribe at all,
     /// so a refusal (401, 403) is reported as the server's error instead of a failed upgrade.
     /// Anything else (an unreachable server, a pruned log) is left to the connection attempt.
-    private func preflight(_ plan: Plan) async throws {
+    private func preflight(_ plan: Plan, token: String?) async throws {
         var path = "/events?limit=1"
         if let carts = plan.carts { path += "&carts=\(carts.joined(separator: ","))" }
         do {
-            _ = try await api.send("GET", path, as: EventsPage.self)
+            _ = try await CartServerAPI(baseURL: api.baseURL, credentials: Credentials { token }).send("GET", path, as: EventsPage.self)
         } catch let error as RemoteStoreError where error.isRefusal {
             throw error
         } catch {

@@ -138,7 +138,7 @@ struct SlowConsumerTests {
                 if written - reader.events.count > 128 {
                     let target = written - 64
                     // A reader that cannot catch up has failed the test: stop writing.
-                    guard await eventually("the reader to keep up", { reader.events.count >= target }) else { break }
+                    guard await eventually(timeout: .seconds(30), "the reader to keep up", { reader.events.count >= target }) else { break }
                 }
             }
             #expect(server.hub.stats.slowConsumerDrops == 1, "still connected after \(written) writes")
