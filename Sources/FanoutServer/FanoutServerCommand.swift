@@ -88,12 +88,8 @@ struct FanoutServerCommand: AsyncParsableCommand {
         }
         guard ringSize >= 1 else { throw ValidationError("--ring-size must be ≥ 1") }
         guard maxSubscribers >= 1 else { throw ValidationError("--max-subscribers must be ≥ 1") }
-        if let secret = signing.secret(environment: ProcessInfo.processInfo.environment) {
-            do {
-                try TokenKeys.checkSecret(secret)
-            } catch let error as TokenKeys.Unusable {
-                throw ValidationError(error.description)
-            }
+        if let secret = signing.secret(environment: ProcessInfo.processInfo.environment), let weakness = TokenKeys.weakness(of: secret) {
+            FileHandle.standardError.write(Data("warning: \(weakness)\n".utf8))
         }
         if let level = logLevel ?? ProcessInfo.processInfo.environment["LOG_LEVEL"], Logger.Level(rawValue: level) == nil {
             throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")

@@ -32,7 +32,7 @@ struct TokenCommand: AsyncParsableCommand {
         @Option(
             name: .customLong("jwt-secret"),
             help: ArgumentHelp(
-                "Accept end users' HS256 tokens signed with this secret of at least 32 bytes, each limited to its carts and scope; `token` signs with it (or set FANOUT_JWT_SECRET).",
+                "Accept end users' HS256 tokens signed with this secret (32 bytes or more; a shorter one works, with a warning), each limited to its carts and scope; `token` signs with it (or set FANOUT_JWT_SECRET).",
                 valueName: "secret"))
         var jwtSecret: String?
 
@@ -61,11 +61,10 @@ struct TokenCommand: AsyncParsableCommand {
         let token = UserToken(
             subject: sub, carts: carts.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }, scope: scope,
             expiresAt: now.addingTimeInterval(Self.seconds(ttl) ?? 3_600), issuedAt: now, audience: audiences)
-        do {
-            print(try await TokenKeys.sign(token, secret: secret))
-        } catch let error as TokenKeys.Unusable {
-            throw ValidationError(error.description)
+        if let weakness = TokenKeys.weakness(of: secret) {
+            FileHandle.standardError.write(Data("warning: \(weakness)\n".utf8))
         }
+        print(try await TokenKeys.sign(token, secret: secret))
     }
 
     /// `90`, `90s`, `30m`, `1h`, `7d` in seconds; nil for anything else, or not above 0.

@@ -288,8 +288,8 @@ struct SignedTokenHTTPTests {
     }
 
     @Test func keysThatCannotBeUsedAreRefusedAtStart() async throws {
-        for (secret, key) in [("short", nil), (nil, "not a key"), (nil, #"{"keys":[{"kty":"EC","crv":"P-256","x":"AA","y":"AA"}]}"#)] {
-            await #expect(throws: TokenKeys.Unusable.self) { try await TokenKeys(secret: secret, keyFile: key, audience: nil) }
+        for key in ["not a key", #"{"keys":[{"kty":"EC","crv":"P-256","x":"AA","y":"AA"}]}"#] {
+            await #expect(throws: TokenKeys.Unusable.self) { try await TokenKeys(secret: nil, keyFile: key, audience: nil) }
         }
     }
 }

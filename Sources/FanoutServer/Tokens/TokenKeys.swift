@@ -29,7 +29,6 @@ struct TokenKeys: Sendable {
     init(secret: String?, keyFile: String?, audience: String?) async throws {
         var verifiers: [Verifier] = []
         if let secret {
-            try Self.checkSecret(secret)
             verifiers.append(Verifier(kid: nil, algorithm: "HS256", keys: await Self.hmac(secret)))
         }
         if let keyFile {
@@ -77,31 +76,35 @@ struct TokenKeys: Sendable {
 
     /// Signs `token` with the shared secret, as HS256: what `fanout-server token` prints.
     static func sign(_ token: UserToken, secret: String) async throws -> String {
-        try checkSecret(secret)
-        return try await hmac(secret).sign(token)
+        try await hmac(secret).sign(token)
     }
 
-    /// The shortest HS256 secret, in bytes: as long as the hash (RFC 7518 §3.2), which jwt-kit
-    /// requires.
+    /// The shortest HS256 secret RFC 7518 §3.2 allows, in bytes: as long as the hash.
     static let minSecretLength = 32
 
-    /// Throws `Unusable` for a secret shorter than `minSecretLength`.
-    static func checkSecret(_ secret: String) throws {
-        guard secret.utf8.count >= minSecretLength else {
-            throw Unusable(description: "--jwt-secret must be at least \(minSecretLength) bytes (HS256 needs a key as long as its hash)")
-        }
+    /// What the server and `token` say about a secret shorter than `minSecretLength`: it is
+    /// used (other programs sign with it), but it is weak. Nil for a long enough one. Never
+    /// quotes the secret.
+    static func weakness(of secret: String) -> String? {
+        guard secret.utf8.count < minSecretLength else { return nil }
+        return
+            "--jwt-secret is \(secret.utf8.count) bytes, under the \(minSecretLength) HS256 asks for: tokens signed with it are easier to forge (openssl rand -hex 32 makes a good one)"
     }
 
-    /// A key that cannot be used: a secret too short, a key file that is neither a PEM public
-    /// key nor a JWKS.
+    /// A key that cannot be used: a key file that is neither a PEM public key nor a JWKS.
     struct Unusable: Error, CustomStringConvertible {
         let description: String
     }
 
     // MARK: Keys
 
+    /// HMAC pads a key shorter than its block (64 bytes for SHA-256) with zero bytes (RFC 2104),
+    /// so a short secret and the same secret zero-padded to 32 bytes sign alike: the padding
+    /// lets jwt-kit, which wants 32 bytes, verify what other libraries sign with a short one.
     private static func hmac(_ secret: String) async -> JWTKeyCollection {
-        await JWTKeyCollection().add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
+        var key = Array(secret.utf8)
+        if key.count < minSecretLength { key += repeatElement(0, count: minSecretLength - key.count) }
+        return await JWTKeyCollection().add(hmac: HMACKey(from: key), digestAlgorithm: .sha256)
     }
 
     private static func publicKey(pem: String) async throws -> Verifier {
