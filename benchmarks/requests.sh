@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The request path, measured from outside: server CPU per request for the HTTP routes a client
+# uses most, with wrk (Debian's `wrk`) holding CONNECTIONS keep-alive connections for SECONDS
+# each. CPU is the server process's user + system time from /proc, so the client's own work
+# is not counted. Usage: bash benchmarks/requests.sh   (a release build first, like compare.sh)
+#
+# Environment: CONNECTIONS (default 4), SECONDS_EACH (default 8), SCRATCH (build folder,
+# default .build-release), DURABILITY is as shipped (full).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
+SCRATCH=${SCRATCH:-.build-release}
+CONNECTIONS=${CONNECTIONS:-4}
+SECONDS_EACH=${SECONDS_EACH:-8}
+command -v wrk >/dev/null || { echo "requests.sh: wrk is missing (apt-get install wrk)" >&2; exit 1; }
+
+swift build -c release --scratch-path "$SCRATCH" --product fanout-server >&2
+server="$SCRATCH/release/fanout-server"
+folder=$(mktemp -d -t fanout-requests.XXXXXX)
+trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$folder"' EXIT
+"$server" --port 0 --db "$folder/db.sqlite" --log-level warning > "$folder/out" 2>&1 &
+pid=$!
+until grep -q '^listening on http://' "$folder/out"; do
+    kill -0 "$pid" 2>/dev/null || { cat "$folder/out" >&2; exit 1; }
+    sleep 0.1
+done
+base=$(sed -n 's/^listening on \(http:[^ ]*\).*/\1/p' "$folder/out" | head -1)
+
+# One cart with one line, one event in the log.
+curl -sf -X POST -H 'Content-Type: application/json' -d '{"sku":"x","quantity":1,"unitPriceCents":1}' "$base/carts/a/items" >/dev/null
+cat > "$folder/patch.lua" <<'LUA'
+wrk.method = "PATCH"
+wrk.body = '{"quantity":2}'
+wrk.headers["Content-Type"] = "application/json"
+LUA
+
+ticks=$(getconf CLK_TCK)
+cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+
+echo "fanout-server request path: $CONNECTIONS connections, ${SECONDS_EACH} s each, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "| request | requests/s | server CPU per request (µs) |"
+echo "| --- | ---: | ---: |"
+measure() { # label, then wrk's arguments
+    local label=$1
+    shift
+    local before after output requests
+    before=$(cpu)
+    output=$(wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_EACH}s" "$@" 2>&1)
+    after=$(cpu)
+    requests=$(awk '/requests in/ {print $1}' <<<"$output")
+    python3 -c "print(f'| $label | {$requests / $SECONDS_EACH:,.0f} | {($after - $before) / $ticks / $requests * 1e6:.1f} |')"
+}
+measure "GET /healthz" "$base/healthz"
+measure "GET /carts/{id} (one line)" "$base/carts/a"
+measure "GET /carts (one cart)" "$base/carts"
+measure "GET /events?since=0&limit=1" "$base/events?since=0&limit=1"
+measure "PATCH /carts/{id}/items/{sku}" -s "$folder/patch.lua" "$base/carts/a/items/x"
