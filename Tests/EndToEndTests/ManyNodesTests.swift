@@ -75,7 +75,10 @@ struct ManyNodesTests {
             #expect(before[index] + client.eventSeqs == log, "nothing lost, nothing twice across the move")
         }
         for node in nodes.dropFirst() { node.signal(SIGTERM) }
-        for node in nodes.dropFirst() { #expect(await node.waitForExit() == 0) }
+        for node in nodes.dropFirst() {
+            let status = await node.waitForExit()
+            #expect(status == 0, "SIGTERM ends a server cleanly (exit status \(status); -1: still running after 30 s)")
+        }
         await postgres.stop()
     }
 }
@@ -219,9 +222,11 @@ struct PostgresFailureTests {
         let underWay = Task { await HTTPProbe.change(port: port, cart: "last", sku: "a") }
         try await Task.sleep(for: .milliseconds(500))
         server.signal(SIGTERM)
-        let status = await server.waitForExit(timeout: TimedWriters.bound * 2)
+        // The change under way has its bound to be answered, then the server stops; on a loaded
+        // machine (the release pass runs its tests side by side) that took over twice the bound.
+        let status = await server.waitForExit(timeout: TimedWriters.bound * 4)
         try postgres.freeze(false)
-        #expect(status == 0, "SIGTERM ends the server while the database is frozen")
+        #expect(status == 0, "SIGTERM ends the server while the database is frozen (exit status \(status); -1: still running)")
         _ = await underWay.value
         await postgres.stop()
     }
