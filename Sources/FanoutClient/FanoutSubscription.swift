@@ -1,6 +1,7 @@
 import FanoutProtocol
 import Foundation
 import NIOConcurrencyHelpers
+import Synchronization
 
 /// A subscription to a fanout-server that outlives its connections: connect, subscribe after
 /// the resume position, heartbeat, hand over every message; on any disconnect, back off (with
@@ -297,9 +298,9 @@ struct MessageReader {
 
 /// Messages received on one connection: a connection that got any resets the backoff.
 final class Counter: Sendable {
-    private let count = NIOLockedValueBox(0)
-    func increment() { count.withLockedValue { $0 += 1 } }
-    var value: Int { count.withLockedValue { $0 } }
+    private let count = Atomic<Int>(0)
+    func increment() { count.add(1, ordering: .relaxed) }
+    var value: Int { count.load(ordering: .relaxed) }
 }
 
 /// The subscription's `reconsider` stream, seen from its loop: wait for the next element, or run

@@ -23,10 +23,6 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
         }
     }
 
-    /// The server refused the credentials (or the origin): retrying with the same ones cannot
-    /// help.
-    public var isRefusedCredentials: Bool { code?.isRefusedCredentials ?? false }
-
     /// The server refused who we are or what we asked for (401 or 403).
     public var isRefusal: Bool {
         if case .refused(let status, _, _, _) = self { return status == 401 || status == 403 }

@@ -18,14 +18,8 @@ struct FanoutClient: AsyncParsableCommand {
 /// A failure to report on stderr with a non-zero exit, never a stack trace.
 struct ClientFailure: Error, CustomStringConvertible {
     let description: String
-    /// The server's error code, when it answered with one.
-    let code: FanoutErrorCode?
 
-    init(_ description: String, code: FanoutErrorCode? = nil) {
+    init(_ description: String) {
         self.description = description
-        self.code = code
     }
-
-    /// The server refused our credentials: retrying cannot help.
-    var isAuthorizationFailure: Bool { code?.isRefusedCredentials ?? false }
 }

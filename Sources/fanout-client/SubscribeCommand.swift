@@ -158,7 +158,7 @@ final class EventPrinter: Sendable {
         case .disconnected(let why, _):
             report("\(why); retrying, to resume after seq \(progress.last.map(String.init) ?? "none")")
         case .refused(let error, _):
-            throw ClientFailure("\(error)", code: error.code)
+            throw ClientFailure("\(error)")
         case .connecting:
             break
         }
