@@ -100,6 +100,9 @@ public struct FanoutSubscription: Sendable {
         }
         let wakeUps = WakeUps(reconsider)
         var failures = 0
+        /// A token already fetched after a refusal, for the next attempt: the provider is asked
+        /// once per attempt.
+        var fetched: String??
         while true {
             try Task.checkCancellation()
             guard let next = try await plan() else {
@@ -111,7 +114,12 @@ public struct FanoutSubscription: Sendable {
             var failure: (any Error)?
             var token: String?
             do {
-                token = try await api.credentials.token()
+                if let already = fetched {
+                    token = already
+                } else {
+                    token = try await api.credentials.token()
+                }
+                fetched = nil
                 try await wakeUps.interrupting { [token] in
                     try await self.connect(next, token: token, received: received, handle: deliver)
                 }
@@ -130,7 +138,10 @@ public struct FanoutSubscription: Sendable {
                 // The same credentials would be refused again: ask again much later, unless a
                 // provider already has another token (the one refused had just expired, say).
                 let next = try? await api.credentials.token()
-                pause = next != nil && next != token ? max(pause, .seconds(1)) : Self.refusalPause
+                let changed = next != nil && next != token
+                pause = changed ? max(pause, .seconds(1)) : Self.refusalPause
+                // A new token is used at once; after the long pause the provider is asked anew.
+                fetched = changed ? next : nil
                 try await consumer(.refused(refused, retryIn: pause))
             case let error as ProtocolViolation:
                 try await consumer(.disconnected(why: "the server broke the protocol (\(error))", retryIn: pause))

@@ -23,19 +23,20 @@ struct RemoteStoreTokenTests {
         let writer = CartServerAPI(baseURL: server.url, credentials: .token("operator"))
         _ = try await writer.addItem("seed", quantity: 1, unitPriceCents: 1, to: "alice")
         let minted = NIOLockedValueBox(0)
-        // Each connection gets a token that expires 2 s later.
+        // Each connection gets a token that expires 3 s later (minting one runs a process: on a
+        // loaded machine a shorter life may be spent before the token is even used).
         let store = RemoteCartStore(
             server: server.url, transport: transport,
             credentials: .provider {
                 minted.withLockedValue { $0 += 1 }
-                return try await Self.mint(["--sub", "alice", "--carts", "alice", "--scope", "read", "--ttl", "2s"])
+                return try await Self.mint(["--sub", "alice", "--carts", "alice", "--scope", "read", "--ttl", "3s"])
             })
         let recorder = Recorder()
         store.observers.add(recorder, carts: .only(["alice"]))
-        await eventually("loaded") { recorder.isLoaded }
+        await eventually(timeout: .seconds(30), "loaded") { recorder.isLoaded }
         let start = minted.withLockedValue { $0 }
         // Writes for longer than two tokens live.
-        for index in 0..<50 {
+        for index in 0..<70 {
             _ = try await writer.addItem("s\(index % 5)", quantity: 1, unitPriceCents: 1, to: "alice")
             try await Task.sleep(for: .milliseconds(100))
         }
