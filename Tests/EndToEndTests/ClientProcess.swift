@@ -62,16 +62,7 @@ final class SubscribeProcess: Sendable {
 
     /// Waits (30 s at most) for it to exit; false if it did not (it is then killed).
     func waitForExit(timeout: Duration = .seconds(30)) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while process.isRunning {
-            if kill(process.processIdentifier, 0) != 0, errno == ESRCH { return false }
-            if ContinuousClock.now >= deadline || Task.isCancelled {
-                kill(process.processIdentifier, SIGKILL)
-                return false
-            }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return true
+        await exitStatus(of: process, within: timeout) != nil
     }
 
     deinit {

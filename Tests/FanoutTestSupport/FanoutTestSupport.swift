@@ -74,23 +74,10 @@ public final class ServerProcess {
 
     public func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
 
-    /// Waits without holding a thread of the concurrency pool (there are as many as cores, and
-    /// a blocked one starves the in-process servers of other tests).
     /// Its exit status once it has exited; -1 if it has not within `timeout` (it is then
-    /// killed) or the test was cancelled meanwhile. Never waits without end: a hung server, or
-    /// an exit Foundation did not see, must fail its test rather than hang the whole run.
+    /// killed) or the test was cancelled meanwhile (see `exitStatus(of:within:)`).
     public func waitForExit(timeout: Duration = .seconds(30)) async -> Int32 {
-        let deadline = ContinuousClock.now + timeout
-        while process.isRunning {
-            // Gone without Foundation noticing (reaped elsewhere): nothing more to wait for.
-            if kill(process.processIdentifier, 0) != 0, errno == ESRCH { return -1 }
-            if ContinuousClock.now >= deadline || Task.isCancelled {
-                kill(process.processIdentifier, SIGKILL)
-                return -1
-            }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return process.terminationStatus
+        await exitStatus(of: process, within: timeout) ?? -1
     }
 
     deinit {
@@ -98,6 +85,28 @@ public final class ServerProcess {
             kill(process.processIdentifier, SIGKILL)
         }
     }
+}
+
+/// The exit status of a started process once it has exited; nil if it has not within `timeout`
+/// (it is then killed) or the test was cancelled meanwhile. Waits without holding a thread of
+/// the concurrency pool (there are as many as cores, and a blocked one starves the in-process
+/// servers of other tests), and never without end: a hung program must fail its test rather than
+/// hang the whole run.
+///
+/// Foundation reaps the child on its own thread and only then, on another, says it is no longer
+/// running: in between the pid is already gone (`kill(pid, 0)` fails with ESRCH) while
+/// `isRunning` is still true, for longer on a loaded machine. That window is a normal exit, not
+/// a lost one: its status is waited for like any other.
+public func exitStatus(of process: Process, within timeout: Duration = .seconds(30)) async -> Int32? {
+    let deadline = ContinuousClock.now + timeout
+    while process.isRunning {
+        if ContinuousClock.now >= deadline || Task.isCancelled {
+            if kill(process.processIdentifier, 0) == 0 { kill(process.processIdentifier, SIGKILL) }
+            return nil
+        }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return process.terminationStatus
 }
 
 /// How a product executable run to completion ended.
