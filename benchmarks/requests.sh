@@ -5,7 +5,8 @@
 # is not counted. Usage: bash benchmarks/requests.sh   (a release build first, like compare.sh)
 #
 # Environment: CONNECTIONS (default 4), SECONDS_EACH (default 8), SCRATCH (build folder,
-# default .build-release), DURABILITY is as shipped (full).
+# default .build-release), SERVER (a fanout-server binary to measure instead of building one:
+# an A/B of two builds). Durability is as shipped (full).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,11 +16,13 @@ CONNECTIONS=${CONNECTIONS:-4}
 SECONDS_EACH=${SECONDS_EACH:-8}
 command -v wrk >/dev/null || { echo "requests.sh: wrk is missing (apt-get install wrk)" >&2; exit 1; }
 
-swift build -c release --scratch-path "$SCRATCH" --product fanout-server >&2
-server="$SCRATCH/release/fanout-server"
+if [ -z "${SERVER:-}" ]; then
+    swift build -c release --scratch-path "$SCRATCH" --product fanout-server >&2
+    SERVER="$SCRATCH/release/fanout-server"
+fi
 folder=$(mktemp -d -t fanout-requests.XXXXXX)
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$folder"' EXIT
-"$server" --port 0 --db "$folder/db.sqlite" --log-level warning > "$folder/out" 2>&1 &
+"$SERVER" --port 0 --db "$folder/db.sqlite" --log-level warning > "$folder/out" 2>&1 &
 pid=$!
 until grep -q '^listening on http://' "$folder/out"; do
     kill -0 "$pid" 2>/dev/null || { cat "$folder/out" >&2; exit 1; }
@@ -49,7 +52,11 @@ measure() { # label, then wrk's arguments
     output=$(wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_EACH}s" "$@" 2>&1)
     after=$(cpu)
     requests=$(awk '/requests in/ {print $1}' <<<"$output")
-    python3 -c "print(f'| $label | {$requests / $SECONDS_EACH:,.0f} | {($after - $before) / $ticks / $requests * 1e6:.1f} |')"
+    python3 - "$label" "$requests" "$SECONDS_EACH" "$before" "$after" "$ticks" <<'PY'
+import sys
+label, requests, seconds, before, after, ticks = sys.argv[1], *map(float, sys.argv[2:])
+print(f"| {label} | {requests / seconds:,.0f} | {(after - before) / ticks / requests * 1e6:.1f} |")
+PY
 }
 measure "GET /healthz" "$base/healthz"
 measure "GET /carts/{id} (one line)" "$base/carts/a"

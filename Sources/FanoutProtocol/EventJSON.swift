@@ -17,31 +17,43 @@ public enum EventJSON {
 
     /// The event message `{"cartId",…,"type":"event",…}`, around the event's encoded change.
     public static func message(_ event: CartEvent) -> [UInt8] {
-        let change = event.encodedChange ?? Self.change(event.change)
-        var json = JSONBytes(capacity: change.utf8.count + event.cartID.utf8.count + 128)
-        json.raw(#"{"cartId":"#)
-        json.string(event.cartID)
-        json.raw(#","change":"#)
-        json.raw(change.utf8)
-        json.raw(#","committedAt":"#)
-        json.raw(milliseconds(event.committedAt).utf8)
-        json.raw(#","kind":""#)
-        json.raw(event.kind.rawValue.utf8)
-        json.raw(#"","seq":"#)
-        json.int(event.seq)
-        json.raw(#","type":"event","version":"#)
-        json.int(event.version)
-        json.raw("}")
+        var json = JSONBytes(capacity: (event.encodedChange?.utf8.count ?? 96) + event.cartID.utf8.count + 128)
+        json.event(event, asMessage: true)
         return json.bytes
     }
 
-    private static let encoder = FanoutJSON.encoder()
-
     /// Milliseconds since 1970 as `FanoutJSON` writes dates: a whole number for the store's
     /// dates, which are whole milliseconds.
-    private static func milliseconds(_ date: Date) -> String {
+    static func milliseconds(_ date: Date) -> String {
         let value = date.timeIntervalSince1970 * 1000
         if value == value.rounded(), abs(value) < 9e15 { return String(Int64(value)) }
         return String(decoding: (try? encoder.encode(date)) ?? Data("0".utf8), as: UTF8.self)
+    }
+
+    private static let encoder = FanoutJSON.encoder()
+}
+
+extension JSONBytes {
+    /// `{"cartId","change","committedAt","kind","seq",["type":"event",]"version"}`: an event as
+    /// the log pages carry it, or (`asMessage`) the event message every transport sends. The
+    /// change is the event's encoded one, not encoded again.
+    public mutating func event(_ event: CartEvent, asMessage: Bool) {
+        raw(#"{"cartId":"#)
+        string(event.cartID)
+        raw(#","change":"#)
+        if let change = event.encodedChange {
+            raw(change.utf8)
+        } else {
+            self.change(event.change)
+        }
+        raw(#","committedAt":"#)
+        raw(EventJSON.milliseconds(event.committedAt).utf8)
+        raw(#","kind":""#)
+        raw(event.kind.rawValue.utf8)
+        raw(#"","seq":"#)
+        int(event.seq)
+        raw(asMessage ? #","type":"event","version":"# : #","version":"#)
+        int(event.version)
+        raw("}")
     }
 }

@@ -1,5 +1,5 @@
-/// JSON written straight into bytes, for the few shapes the server writes on every mutation
-/// (a change, an event, a cart, a mutation's answer).
+/// JSON written straight into bytes, for the shapes the server writes on every mutation and
+/// every read (a change, an event, a cart, the HTTP answers).
 ///
 /// `JSONEncoder` builds a tree of boxed values, sorts keys and walks it again for every call,
 /// which was a tenth of a mutation's CPU; these shapes are fixed, so their keys are written
@@ -82,18 +82,25 @@ public struct JSONBytes {
         raw("}")
     }
 
+    /// `[…]`: each element written by `element`, comma-separated.
+    public mutating func array<Element>(_ elements: [Element], _ element: (inout JSONBytes, Element) -> Void) {
+        raw("[")
+        for (index, value) in elements.enumerated() {
+            if index > 0 { raw(",") }
+            element(&self, value)
+        }
+        raw("]")
+    }
+
     /// `{"id","itemCount","items","totalCents","version"}`
     public mutating func cart(_ cart: Cart) {
         raw(#"{"id":"#)
         string(cart.id)
         raw(#","itemCount":"#)
         int(cart.itemCount)
-        raw(#","items":["#)
-        for (index, line) in cart.items.enumerated() {
-            if index > 0 { raw(",") }
-            item(line)
-        }
-        raw(#"],"totalCents":"#)
+        raw(#","items":"#)
+        array(cart.items) { $0.item($1) }
+        raw(#","totalCents":"#)
         int(cart.totalCents)
         raw(#","version":"#)
         int(cart.version)
@@ -128,13 +135,68 @@ public struct JSONBytes {
 extension MutationResponse {
     /// `{"cart","deliveredTo","seq"}`: this answer as `FanoutJSON.encoder()` writes it.
     public func json() -> [UInt8] {
+        JSONBytes.cartAnswer(cart, deliveredTo: deliveredTo, seq: seq)
+    }
+}
+
+extension CartResponse {
+    /// `{"cart","seq"}`: this answer as `FanoutJSON.encoder()` writes it.
+    public func json() -> [UInt8] {
+        JSONBytes.cartAnswer(cart, deliveredTo: nil, seq: seq)
+    }
+}
+
+extension JSONBytes {
+    /// `{"cart",["deliveredTo",]"seq"}`: a mutation's answer, or a read of one cart.
+    static func cartAnswer(_ cart: Cart, deliveredTo: Int?, seq: Int64) -> [UInt8] {
         var json = JSONBytes(capacity: 128 + cart.items.count * 96)
         json.raw(#"{"cart":"#)
         json.cart(cart)
-        json.raw(#","deliveredTo":"#)
-        json.int(deliveredTo)
+        if let deliveredTo {
+            json.raw(#","deliveredTo":"#)
+            json.int(deliveredTo)
+        }
         json.raw(#","seq":"#)
         json.int(seq)
+        json.raw("}")
+        return json.bytes
+    }
+}
+
+extension CartsResponse {
+    /// `{"carts","seq"}`: this answer as `FanoutJSON.encoder()` writes it.
+    public func json() -> [UInt8] {
+        var json = JSONBytes(capacity: 32 + carts.reduce(0) { $0 + 96 + $1.items.count * 96 })
+        json.raw(#"{"carts":"#)
+        json.array(carts) { $0.cart($1) }
+        json.raw(#","seq":"#)
+        json.int(seq)
+        json.raw("}")
+        return json.bytes
+    }
+}
+
+extension EventsPage {
+    /// `{"events","latestSeq","nextSince"}`: this page as `FanoutJSON.encoder()` writes it.
+    public func json() -> [UInt8] {
+        var json = JSONBytes(capacity: 64 + events.count * 256)
+        json.raw(#"{"events":"#)
+        json.array(events) { $0.event($1, asMessage: false) }
+        json.raw(#","latestSeq":"#)
+        json.int(latestSeq)
+        json.raw(#","nextSince":"#)
+        json.int(nextSince)
+        json.raw("}")
+        return json.bytes
+    }
+}
+
+extension HealthResponse {
+    /// `{"status"}`: this answer as `FanoutJSON.encoder()` writes it.
+    public func json() -> [UInt8] {
+        var json = JSONBytes(capacity: 24)
+        json.raw(#"{"status":"#)
+        json.string(status)
         json.raw("}")
         return json.bytes
     }

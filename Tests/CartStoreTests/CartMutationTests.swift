@@ -63,6 +63,30 @@ struct CartMutationTests {
         #expect(snapshot.seq == 2)
     }
 
+    /// A set of carts reaches the database as one argument (SQLite: a JSON array): it selects
+    /// exactly its carts, in snapshots and in event pages alike, whatever its size.
+    @Test(arguments: Engine.available)
+    func aSetOfCartsSelectsExactlyThoseCarts(engine: Engine) async throws {
+        let store = try await engine.makeStore()
+        for name in ["a", "b", "c.d", "e_f-g"] {
+            try await store.addItem(cartID: name, sku: "s", quantity: 1, unitPriceCents: 1)
+        }
+        let wanted: Set = ["a", "c.d", "nope", "B", "b.", "-b"]
+        let snapshot = try await store.snapshot(of: wanted)
+        #expect(snapshot.carts.map(\.id) == ["a", "c.d"])
+        #expect(snapshot.carts.allSatisfy { $0.items.map(\.sku) == ["s"] })
+        #expect(snapshot.seq == 4)
+        guard case .events(let events, let latest) = try await store.events(after: 0, carts: wanted) else {
+            Issue.record("the log was refused")
+            return
+        }
+        #expect(latest == 4)
+        #expect(events.map(\.cartID) == ["a", "c.d"])
+        #expect(try await store.snapshot(of: ["e_f-g"]).carts.map(\.id) == ["e_f-g"])
+        #expect(try await store.snapshot(of: []).carts.isEmpty)
+        #expect(try await store.snapshot(of: nil).carts.map(\.id) == ["a", "b", "c.d", "e_f-g"])
+    }
+
     @Test(arguments: Engine.available)
     func expectedVersionMismatchIsAConflictAndChangesNothing(engine: Engine) async throws {
         let store = try await engine.makeStore()

@@ -89,6 +89,33 @@ struct EventJSONTests {
         #expect(stored == event, "the encoded change is not part of the event's value")
     }
 
+    /// The HTTP read answers, written by hand on every read: what the encoder writes, byte for
+    /// byte (events with and without their change encoded beforehand, carts of every shape).
+    @Test func theReadAnswersAreByteForByteWhatTheEncoderWrites() throws {
+        let encoder = FanoutJSON.encoder()
+        let stored = Self.events.map {
+            CartEvent(
+                seq: $0.seq, cartID: $0.cartID, change: $0.change, encodedChange: EventJSON.change($0.change),
+                version: $0.version, committedAt: $0.committedAt)
+        }
+        for events in [[], Self.events, stored, Array(stored.prefix(1))] {
+            let page = EventsPage(events: events, latestSeq: 9_007_199_254_740_993, nextSince: 12)
+            #expect(page.json() == Array(try encoder.encode(page)), "\(String(decoding: page.json(), as: UTF8.self))")
+        }
+        let carts = JSONBytesTests.carts
+        for cart in carts {
+            let answer = CartResponse(cart: cart, seq: 77)
+            #expect(answer.json() == Array(try encoder.encode(answer)), "\(String(decoding: answer.json(), as: UTF8.self))")
+        }
+        for list in [[], carts, Array(carts.prefix(1))] {
+            let answer = CartsResponse(carts: list, seq: 0)
+            #expect(answer.json() == Array(try encoder.encode(answer)), "\(String(decoding: answer.json(), as: UTF8.self))")
+        }
+        for health in [HealthResponse(), HealthResponse(status: "cannot write: \"disk\" full")] {
+            #expect(health.json() == Array(try encoder.encode(health)))
+        }
+    }
+
     @Test func changingTheChangeForgetsItsEncoding() throws {
         var event = CartEvent(
             seq: 1, cartID: "c", change: .cartCleared, encodedChange: #"{"kind":"cartCleared"}"#, version: 1,

@@ -43,7 +43,11 @@ struct ServerProcessTests {
         let close = try await subscriber.closeFrame()
         #expect(close?.closeCode == .goingAway)
         #expect(await server.waitForExit() == 0)
-        for writer in writers { writer.cancel() }
+        // Each writer ends at its first refused request. Never cancelled: cancelling a task
+        // inside FoundationNetworking's `URLSession.data(for:)` can deadlock the task's status
+        // lock against the session's queue finishing the request, and with it the threads of
+        // the concurrency pool — the whole test run hung that way once.
+        for writer in writers { await writer.value }
     }
 
     /// PROTOCOL.md: a server shutting down answers waiting requests at once. A parked long-poll

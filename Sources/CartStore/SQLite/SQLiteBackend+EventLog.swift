@@ -3,7 +3,7 @@ import GRDB
 
 extension SQLiteBackend {
     func events(after seq: Int64, limit: Int, carts: Set<String>?) async throws -> EventLogRead {
-        try await writer.read { db in try Self.readEvents(after: seq, limit: limit, carts: carts, db) }
+        try await read(small: limit <= Self.smallReadEvents) { db in try Self.readEvents(after: seq, limit: limit, carts: carts, db) }
     }
 
     func latestSeq() async throws -> Int64 {
@@ -32,21 +32,36 @@ extension SQLiteBackend {
         if let refusal = try EventLogRead.refusal(since: seq, latest: latest, oldestRetained: try oldestRetainedSeq(db)) {
             return refusal
         }
-        var request = CartEventRow.filter(CartEventRow.Columns.seq > seq)
+        // Cached statements, decoded by position (see `snapshot(of:_:)`).
+        let statement: Statement
+        let arguments: StatementArguments
         if let carts {
-            request = request.filter(carts.contains(CartEventRow.Columns.cartID))
+            statement = try db.cachedStatement(
+                sql: """
+                    SELECT seq, cart_id, change, cart_version, committed_at FROM cart_events
+                    WHERE seq > ? AND cart_id IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?
+                    """)
+            arguments = [seq, jsonArray(carts), limit]
+        } else {
+            statement = try db.cachedStatement(
+                sql: "SELECT seq, cart_id, change, cart_version, committed_at FROM cart_events WHERE seq > ? ORDER BY seq LIMIT ?")
+            arguments = [seq, limit]
         }
-        let events = try request.order(CartEventRow.Columns.seq).limit(limit).fetchAll(db).map { try $0.event() }
+        var events: [CartEvent] = []
+        let rows = try Row.fetchCursor(statement, arguments: arguments)
+        while let row = try rows.next() {
+            events.append(try .stored(seq: row[0], cartID: row[1], change: row[2], version: row[3], committedAt: row[4]))
+        }
         return .events(events, latestSeq: latest)
     }
 
     static func latestSeq(_ db: Database) throws -> Int64 {
         // AUTOINCREMENT keeps the newest seq ever handed out here, even after pruning.
-        try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'cart_events'") ?? 0
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT seq FROM sqlite_sequence WHERE name = 'cart_events'")) ?? 0
     }
 
     static func oldestRetainedSeq(_ db: Database) throws -> Int64 {
-        if let oldest = try Int64.fetchOne(db, sql: "SELECT MIN(seq) FROM cart_events") {
+        if let oldest = try Int64.fetchOne(db.cachedStatement(sql: "SELECT MIN(seq) FROM cart_events")) {
             return oldest
         }
         return try latestSeq(db) + 1

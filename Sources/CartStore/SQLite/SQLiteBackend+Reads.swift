@@ -1,28 +1,79 @@
+import Foundation
 import GRDB
 
 extension SQLiteBackend {
     func cart(_ cartID: String) async throws -> Cart? {
-        try await writer.read { db in try Self.loadCart(cartID, db) }
+        try await read(small: true) { db in try Self.loadCart(cartID, db) }
     }
 
     /// Read in one transaction.
     func snapshot(of cartIDs: Set<String>?) async throws -> CartSnapshot {
-        try await writer.read { db in
-            var carts = CartRow.order(CartRow.Columns.id)
-            var lines = CartItemRow.order(CartItemRow.Columns.cartID, CartItemRow.Columns.position)
-            if let cartIDs {
-                carts = carts.filter(cartIDs.contains(CartRow.Columns.id))
-                lines = lines.filter(cartIDs.contains(CartItemRow.Columns.cartID))
-            }
-            var itemsByCart: [String: [CartItem]] = [:]
-            for line in try lines.fetchAll(db) {
-                itemsByCart[line.cartID, default: []].append(line.item)
-            }
-            let result = try carts.fetchAll(db).map { row in
-                Cart(id: row.id, version: row.version, items: itemsByCart[row.id] ?? [])
-            }
-            return CartSnapshot(carts: result, seq: try Self.latestSeq(db))
+        try await read(small: cartIDs.map { $0.count <= Self.smallReadCarts } ?? false) { db in
+            try Self.snapshot(of: cartIDs, db)
         }
+    }
+
+    /// The most carts, or events in a page, a read may name to be run on the caller's thread.
+    static let smallReadCarts = 16
+    static let smallReadEvents = 64
+
+    /// Runs a read in one transaction. A small read (a few carts, a short page of events: tens
+    /// of microseconds of SQLite) on a database pool runs on the caller's thread, GRDB's
+    /// synchronous read on one of the pool's reader connections: handing it to GRDB's reader
+    /// queue and resuming afterwards cost more than the read (two thread wake-ups). In WAL mode
+    /// a pool's readers never wait for its writer, so such a read does not hold the caller (an
+    /// event loop, in the server) behind a commit. Anything larger, and every read of a database
+    /// queue (one connection, where a read waits for the write under way: in-memory stores), is
+    /// GRDB's async read, on its own queue.
+    func read<T: Sendable>(small: Bool, _ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        if small, writer is DatabasePool { return try readOnCallersThread(body) }
+        return try await writer.read(body)
+    }
+
+    private func readOnCallersThread<T>(_ body: (Database) throws -> T) throws -> T {
+        try writer.read(body)
+    }
+
+    /// The carts (all, or those named) with the seq they stand at. Every read here is a cached
+    /// statement decoded by column position: building the SQL through the query interface and
+    /// preparing it cost more than the query itself (a point read of one cart is microseconds).
+    /// A set of carts is one JSON array argument (`json_each`), so it is one statement whatever
+    /// its size.
+    static func snapshot(of cartIDs: Set<String>?, _ db: Database) throws -> CartSnapshot {
+        let seq = try latestSeq(db)
+        if let cartIDs, cartIDs.count == 1, let cartID = cartIDs.first {
+            return CartSnapshot(carts: try loadCart(cartID, db).map { [$0] } ?? [], seq: seq)
+        }
+        let linesStatement: Statement
+        let cartsStatement: Statement
+        let arguments: StatementArguments
+        if let cartIDs {
+            linesStatement = try db.cachedStatement(
+                sql: """
+                    SELECT cart_id, sku, quantity, unit_price_cents, name FROM cart_items
+                    WHERE cart_id IN (SELECT value FROM json_each(?)) ORDER BY cart_id, position
+                    """)
+            cartsStatement = try db.cachedStatement(
+                sql: "SELECT id, version FROM carts WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id")
+            arguments = [jsonArray(cartIDs)]
+        } else {
+            linesStatement = try db.cachedStatement(
+                sql: "SELECT cart_id, sku, quantity, unit_price_cents, name FROM cart_items ORDER BY cart_id, position")
+            cartsStatement = try db.cachedStatement(sql: "SELECT id, version FROM carts ORDER BY id")
+            arguments = []
+        }
+        var itemsByCart: [String: [CartItem]] = [:]
+        let lines = try Row.fetchCursor(linesStatement, arguments: arguments)
+        while let row = try lines.next() {
+            itemsByCart[row[0], default: []].append(CartItem(sku: row[1], quantity: row[2], unitPriceCents: row[3], name: row[4]))
+        }
+        var carts: [Cart] = []
+        let rows = try Row.fetchCursor(cartsStatement, arguments: arguments)
+        while let row = try rows.next() {
+            let id: String = row[0]
+            carts.append(Cart(id: id, version: row[1], items: itemsByCart[id] ?? []))
+        }
+        return CartSnapshot(carts: carts, seq: seq)
     }
 
     /// Runs on every mutation, so it uses cached statements rather than building SQL each time.
@@ -37,5 +88,24 @@ extension SQLiteBackend {
             CartItem(sku: row[0], quantity: row[1], unitPriceCents: row[2], name: row[3])
         }
         return Cart(id: cartID, version: version, items: items)
+    }
+
+    /// A set of strings as one JSON array, the argument of `json_each`.
+    static func jsonArray(_ strings: Set<String>) -> String {
+        var json = "["
+        for (index, string) in strings.enumerated() {
+            if index > 0 { json += "," }
+            json += "\""
+            for scalar in string.unicodeScalars {
+                switch scalar {
+                case "\"": json += "\\\""
+                case "\\": json += "\\\\"
+                case _ where scalar.value < 0x20: json += String(format: "\\u%04x", scalar.value)
+                default: json.unicodeScalars.append(scalar)
+                }
+            }
+            json += "\""
+        }
+        return json + "]"
     }
 }
