@@ -10,6 +10,10 @@ public enum EventLogRead: Sendable, Hashable {
     case tooOld(oldestRetainedSeq: Int64, latestSeq: Int64)
 }
 
+// Reads on a SQLite file run in one transaction each. A small one (one cart, a snapshot of at
+// most 16 carts, a page of at most 64 events) runs on the calling thread, as GRDB's synchronous
+// read on a reader connection (tens of microseconds; in WAL mode it never waits for a commit);
+// larger ones, and every read of an in-memory store, run on GRDB's queues.
 extension CartStore {
     /// The cart with this id, or `nil` if it was never changed.
     public func cart(_ cartID: String) async throws -> Cart? {
@@ -24,6 +28,9 @@ extension CartStore {
 
     /// The carts (all, or those with the given ids that exist), ordered by id, and the seq they
     /// reflect, read at one point of the log: apply events after `seq` to stay current.
+    ///
+    /// On a SQLite file a snapshot of at most 16 carts is read on the calling thread (GRDB's
+    /// synchronous read: tens of microseconds, never behind a commit); others on GRDB's queues.
     public func snapshot(of cartIDs: Set<String>? = nil) async throws -> CartSnapshot {
         for id in cartIDs ?? [] { try CartLimits.checkCartID(id) }
         return try await backend.snapshot(of: cartIDs)
@@ -33,6 +40,9 @@ extension CartStore {
     public static let maxEventPage = 10_000
 
     /// The events after `seq` (0: from the start), optionally only those of some carts.
+    ///
+    /// On a SQLite file a page of at most 64 events is read on the calling thread, like a small
+    /// snapshot.
     ///
     /// - Throws: `invalidSince` for a negative seq, `sinceAhead` for a seq newer than the log
     ///   (the caller followed another database), `invalidLimit` outside 1…`maxEventPage`.
