@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A chart of a compare.sh run: server CPU per delivery and p99 latency against subscribers,
-fanout and nchan, WebSocket (solid) and Server-Sent Events (dashed), medians over the rounds.
+fanout, nchan and NATS, WebSocket (solid) and Server-Sent Events (dashed; NATS has none),
+medians over the rounds.
 
     python3 benchmarks/chart.py benchmarks/results/<run>.jsonl benchmarks/results/chart.svg
 
@@ -19,6 +20,7 @@ SERIES = [  # (peer, run suffix, label, colour, dash)
     ("fanout", "-sse", "fanout SSE", "#2f6fdf", "6 4"),
     ("nchan", "", "nchan WebSocket", "#d9822b", ""),
     ("nchan", "-sse", "nchan EventSource", "#d9822b", "6 4"),
+    ("nats", "", "NATS WebSocket", "#2a9d5c", ""),
 ]
 PANELS = [
     ("server CPU per delivery (µs)", ("serverCpuMicrosPerDelivery",)),
@@ -87,7 +89,10 @@ def main(source, target):
     for index, (title, figure) in enumerate(PANELS):
         svg += panel(results, index, title, figure)
     x = LEFT
-    for _, _, label, colour, dash in SERIES:
+    # A kept run from before a peer was measured has no line for it, and no legend entry.
+    for peer, suffix, label, colour, dash in SERIES:
+        if not any(points(results, peer, suffix, figure) for _, figure in PANELS):
+            continue
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         svg.append(f'<line x1="{x}" y1="{legend_y + 8}" x2="{x + 24}" y2="{legend_y + 8}" stroke="{colour}" stroke-width="2"{dash_attr}/>')
         svg.append(f'<text x="{x + 30}" y="{legend_y + 12}" class="legend">{escape(label)}</text>')

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark of fanout-server against nchan (the nginx pub/sub module), on
-# 127.0.0.1 only. Usage: bash benchmarks/compare.sh   (see benchmarks/README.md)
+# Side-by-side benchmark of fanout-server against nchan (the nginx pub/sub module) and NATS
+# (nats-server, core protocol), on 127.0.0.1 only. Usage: bash benchmarks/compare.sh   (see benchmarks/README.md)
 #
 # Environment: RUNS (rounds of every measurement, default 3), SCRATCH (build folder, default
 # .build-release), RUN_TIMEOUT (seconds one measurement may take, default 300), BUILD_TIMEOUT
@@ -87,6 +87,9 @@ NGINX=$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)
 need=()
 [ -x "$NGINX" ] || need+=(nginx-light)
 [ -f "$NCHAN_MODULE" ] || need+=(libnginx-mod-nchan)
+# Debian's package installs a system service too, which apt-install keeps from starting.
+NATS_SERVER=$(command -v nats-server 2>/dev/null || echo /usr/sbin/nats-server)
+[ -x "$NATS_SERVER" ] || need+=(nats-server)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
@@ -98,6 +101,8 @@ fi
 [ -x "$NGINX" ] || NGINX=$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)
 [ -x "$NGINX" ] || die "nginx is missing after install"
 [ -f "$NCHAN_MODULE" ] || die "$NCHAN_MODULE is missing after install"
+[ -x "$NATS_SERVER" ] || NATS_SERVER=$(command -v nats-server 2>/dev/null || echo /usr/sbin/nats-server)
+[ -x "$NATS_SERVER" ] || die "nats-server is missing after install"
 
 ulimit -n "$FD_LIMIT" 2>/dev/null || ulimit -Sn "$FD_LIMIT" \
     || die "cannot raise the open-file limit to $FD_LIMIT (hard limit $(ulimit -Hn))"
@@ -117,7 +122,7 @@ STORE_BENCH=$BIN/cartstore-bench
 
 # ---------------------------------------------------------------------------------------
 # Servers. Each measurement gets a server process of its own, started just before and
-# stopped just after: the other peer is not running (so it takes no CPU from the two
+# stopped just after: the other peers are not running (so it takes no CPU from the two
 # cores), the RSS baseline is a fresh process's, and nothing (allocator high-water marks,
 # a longer event log, half-closed sockets) carries over from one size to the next.
 
@@ -140,7 +145,8 @@ child_of() {
     done
 }
 
-# Sets SERVER_PID (measured), STOP_PID (to stop) and URL.
+# Sets SERVER_PID (measured), STOP_PID (to stop), URL (where subscribers connect) and, for
+# NATS, PUBLISH_URL (where writers publish).
 start_fanout() {
     local dir=$TMP/$1 line="" i
     mkdir -p "$dir"
@@ -216,6 +222,55 @@ EOF
     workers+=("$SERVER_PID")
 }
 
+start_nats() {
+    local dir=$TMP/$1 port ws_port answer="" i
+    mkdir -p "$dir"
+    port=$(free_port)
+    ws_port=$(free_port)
+    cat >"$dir/nats.conf" <<EOF
+# Core NATS only (no JetStream): it relays, as nchan does. One process, which Go runs on
+# every core (GOMAXPROCS), as fanout-server uses both.
+listen: "127.0.0.1:$port"
+# The default is 64K; the idle runs hold 9 000 subscribers, and the process inherits this
+# script's open-file limit.
+max_connections: $FD_LIMIT
+log_file: "$dir/nats.log"
+websocket {
+    listen: "127.0.0.1:$ws_port"
+    no_tls: true
+    # The default 2 s for the upgrade is short when thousands connect at once on 2 shared cores.
+    handshake_timeout: "30s"
+}
+EOF
+    "$NATS_SERVER" -c "$dir/nats.conf" >"$dir/stdout" 2>&1 &
+    SERVER_PID=$!
+    STOP_PID=$SERVER_PID
+    started+=("$SERVER_PID")
+    URL=http://127.0.0.1:$ws_port
+    PUBLISH_URL=nats://127.0.0.1:$port
+    # The probe proves publishing works: a PUB acknowledged by the PONG to the PING after it.
+    # The WebSocket listener starts before the client port, so it is up too.
+    for i in $(seq 100); do
+        answer=$(python3 - "$port" 2>/dev/null <<'PY' || true
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(b'CONNECT {"verbose":false}\r\nPUB bench 9\r\n{"seq":1}\r\nPING\r\n')
+seen = b""
+while b"PONG" not in seen and b"-ERR" not in seen:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    seen += chunk
+print("PONG" if b"PONG" in seen else seen.decode(errors="replace").strip())
+PY
+        )
+        [ "$answer" = PONG ] && break
+        alive "$SERVER_PID" || { cat "$dir/stdout" "$dir/nats.log" >&2 2>/dev/null; die "nats-server exited at startup"; }
+        sleep 0.1
+    done
+    [ "$answer" = PONG ] || { cat "$dir/nats.log" >&2; die "publishing to NATS answered ${answer:-nothing}"; }
+}
+
 # ---------------------------------------------------------------------------------------
 # Measurements. Each writes fanout-bench's one JSON line to $RESULTS/<run>.<peer>.json.
 
@@ -245,6 +300,7 @@ measure() {
     "start_$peer" "$name"
     args+=(--url "$URL" --server-pid "$SERVER_PID")
     [ "$peer" != fanout ] || args+=("${BENCH_TOKEN_ARGS[@]}")
+    [ "$peer" != nats ] || args+=(--nats-url "$PUBLISH_URL")
     out=$RESULTS/$name.json
     log "round $ROUND/$RUNS, $run: $peer, $subscribers $transport subscribers, $events events${writers:+, $writers writers}"
     timeout -k 10 "$RUN_TIMEOUT" "$BENCH" "${args[@]}" >"$out.tmp" 2>"$TMP/$name/bench.err" &
@@ -258,6 +314,12 @@ measure() {
     # odd numbers, and the temp dir holding them is deleted at exit.
     local logfile=$TMP/$name/stderr
     [ "$peer" = nchan ] && logfile=$TMP/$name/error.log
+    # nats-server logs its start and stop at [INF], and a warning that the WebSocket listener
+    # has no TLS, however it is configured: only the rest.
+    if [ "$peer" = nats ]; then
+        logfile=$TMP/$name/warnings.log
+        grep -v -e '\[INF\]' -e 'Websocket not configured with TLS' "$TMP/$name/nats.log" >"$logfile" 2>/dev/null || true
+    fi
     if [ -s "$logfile" ]; then
         log "  the server logged $(wc -l <"$logfile") line(s); the last ones:"
         tail -n 3 "$logfile" | cut -c 1-300 >&2
@@ -274,20 +336,20 @@ measure() {
 
 started_at=$(date +%s)
 load_before=$(cut -d ' ' -f 1-3 /proc/loadavg)
-# RUNS rounds; in each, every measurement once, the two peers one after the other, so that
-# both see the same machine and the ratios of one round compare like with like.
+# RUNS rounds; in each, every measurement once, the peers one after the other, so that all
+# see the same machine and the ratios of one round compare like with like.
 for ROUND in $(seq "$RUNS"); do
     # Each size for both transports: WebSocket subscribers (run names without suffix), then
-    # Server-Sent Events ones (-sse), against nchan's EventSource.
+    # Server-Sent Events ones (-sse), against nchan's EventSource; NATS has no event stream.
     for transport in websocket sse; do
-        suffix=""
-        [ "$transport" = websocket ] || suffix="-$transport"
-        for peer in fanout nchan; do measure "small$suffix" "$peer" "$transport" 100 2000 4; done
-        for peer in fanout nchan; do measure "large$suffix" "$peer" "$transport" 1000 500 4; done
-        for peer in fanout nchan; do measure "idle$suffix" "$peer" "$transport" 9000 0; done
+        suffix="" peers=(fanout nchan nats)
+        [ "$transport" = websocket ] || { suffix="-$transport"; peers=(fanout nchan); }
+        for peer in "${peers[@]}"; do measure "small$suffix" "$peer" "$transport" 100 2000 4; done
+        for peer in "${peers[@]}"; do measure "large$suffix" "$peer" "$transport" 1000 500 4; done
+        for peer in "${peers[@]}"; do measure "idle$suffix" "$peer" "$transport" 9000 0; done
     done
     # Saturation: more writers than the cores can serve, so the server's fan-out is the limit.
-    for peer in fanout nchan; do measure saturation "$peer" websocket 1000 2000 16; done
+    for peer in fanout nchan nats; do measure saturation "$peer" websocket 1000 2000 16; done
     # What one HTTP mutation costs the server, nobody listening; and what the store alone
     # costs (cartstore-bench: sequential mutations, durability .full, no observers).
     measure mutations fanout websocket 0 10000 4
@@ -319,10 +381,11 @@ for name in sorted(os.listdir(sys.argv[1])):
         print(json.dumps({"run": run, "round": int(rnd), "commit": sys.argv[2], **result}, separators=(",", ":")))
 PY
 {
-    echo "fanout-server vs nchan, $(date -u '+%Y-%m-%d %H:%M UTC'), $RUNS round(s), measurements took ${elapsed} s${TOKENS:+ (TOKENS=$TOKENS: fanout subscribers with signed tokens)}"
+    echo "fanout-server vs nchan and NATS, $(date -u '+%Y-%m-%d %H:%M UTC'), $RUNS round(s), measurements took ${elapsed} s${TOKENS:+ (TOKENS=$TOKENS: fanout subscribers with signed tokens)}"
     echo "machine: $(nproc) cores, $(grep -m 1 'model name' /proc/cpuinfo | sed 's/.*: //'), Linux $(uname -r)," \
         "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), load average $load_before before, $(cut -d ' ' -f 1-3 /proc/loadavg) after"
-    echo "versions: $("$NGINX" -v 2>&1 | sed 's/.*: //'), nchan $(dpkg-query -W -f '${Version}' libnginx-mod-nchan 2>/dev/null || echo '?'), fanout $commit$dirty"
+    echo "versions: $("$NGINX" -v 2>&1 | sed 's/.*: //'), nchan $(dpkg-query -W -f '${Version}' libnginx-mod-nchan 2>/dev/null || echo '?')," \
+        "$("$NATS_SERVER" --version 2>&1), fanout $commit$dirty"
     echo "raw results: $lines"
     echo
     python3 benchmarks/report.py "$lines"

@@ -5,9 +5,11 @@
 
 Each line is one measurement: fanout-bench's JSON plus "run" (small, large, idle, …, with
 "-sse" for Server-Sent Events subscribers) and "round" (compare.sh repeats every measurement
-RUNS times, interleaving the peers). Every figure shown is the median over the rounds; the
-ratio column is the median of the per-round ratios (fanout / nchan, both measured in the same
-round, minutes apart), and the spread column their lowest and highest.
+RUNS times, interleaving the peers). Every figure shown is the median over the rounds; each
+ratio column (fanout / nchan, fanout / NATS) is the median of the per-round ratios (both
+measured in the same round, minutes apart), with their lowest and highest in brackets. A peer
+a run does not measure (NATS has no Server-Sent Events), or that the file has no run of at all
+(one kept from before NATS was measured), has an empty column.
 """
 import json
 import statistics
@@ -64,20 +66,39 @@ def median(values):
 
 
 WIDTH = 46
+PEERS = ("fanout", "nchan", "nats")
+# The peers each run measures; a peer not measured in a run has an empty column, one measured
+# but missing (a failed run) shows "-".
+RUNS = {f"{size}{suffix}": PEERS if suffix == "" else ("fanout", "nchan")
+        for suffix in ("", "-sse") for size in ("small", "large", "idle")}
+RUNS.update({"saturation": PEERS, "mutations": ("fanout",), "store": ("fanout",)})
 
 
 def header(title):
-    print(f"{title:<{WIDTH}}{'fanout':>12}{'nchan':>12}{'fanout/nchan':>14}{'spread':>16}")
+    print(f"{title:<{WIDTH}}{'fanout':>12}{'nchan':>12}{'NATS':>12}{'fanout/nchan':>22}{'fanout/NATS':>22}")
 
 
-def row(results, run, label, figure, decimals, compare=True):
-    a = per_round(results, run, "fanout", figure)
-    b = per_round(results, run, "nchan", figure) if compare else {}
+def ratio(a, b):
+    """The median per-round ratio of a to b, with its lowest and highest when rounds differ."""
     ratios = [a[k] / b[k] for k in a if k in b and b[k]]
-    ratio = f"{median(ratios):.2f}×" if ratios else "-"
-    spread = f"{min(ratios):.2f}–{max(ratios):.2f}×" if len(ratios) > 1 else ""
-    nchan = fmt(median(b.values()), decimals) if compare else ""
-    print(f"  {label:<{WIDTH - 2}}{fmt(median(a.values()), decimals):>12}{nchan:>12}{ratio:>14}{spread:>16}")
+    if not ratios:
+        return "-"
+    spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else ""
+    return f"{median(ratios):.2f}×{spread}"
+
+
+def measured(results, run):
+    """The peers `run` measures that the file has measurements of, in any run."""
+    return [peer for peer in RUNS.get(run, PEERS) if any(p == peer for _, p in results)]
+
+
+def row(results, run, label, figure, decimals):
+    peers = measured(results, run)
+    values = {peer: per_round(results, run, peer, figure) for peer in PEERS if peer in peers}
+    cells = [fmt(median(values[peer].values()), decimals) if peer in values else "" for peer in PEERS]
+    ratios = [ratio(values["fanout"], values[peer]) if peer in values else "" for peer in PEERS[1:]]
+    line = f"  {label:<{WIDTH - 2}}" + "".join(f"{c:>12}" for c in cells) + "".join(f"{r:>22}" for r in ratios)
+    print(line.rstrip())
 
 
 def loaded(results, run, title):
@@ -106,15 +127,12 @@ def idle(results, run, title):
     print()
 
 
-EXPECTED = [(f"{size}{suffix}", peer) for suffix in ("", "-sse") for size in ("small", "large", "idle")
-            for peer in ("fanout", "nchan")]
-EXPECTED += [("saturation", "fanout"), ("saturation", "nchan"), ("mutations", "fanout"), ("store", "fanout")]
 
 
 def main(path):
     results = load(path)
     rounds = max((len(v) for v in results.values()), default=0)
-    print(f"medians of {rounds} round(s); spread: the lowest and highest per-round ratio\n")
+    print(f"medians of {rounds} round(s); in brackets, the lowest and highest per-round ratio\n")
     for suffix, name in (("", "WebSocket"), ("-sse", "Server-Sent Events")):
         loaded(results, f"small{suffix}", f"{name}: 100 subscribers × 2 000 events")
         loaded(results, f"large{suffix}", f"{name}: 1 000 subscribers × 500 events")
@@ -127,10 +145,10 @@ def main(path):
     row(results, "saturation", "lost + duplicated", lambda r: r.get("lost", 0) + r.get("duplicated", 0), 0)
     print()
     header("Mutations alone: no subscribers, 10 000 writes; the store alone (cartstore-bench)")
-    row(results, "mutations", "writes/s", ("mutationsPerSecond",), 0, compare=False)
-    row(results, "mutations", "server CPU per mutation (µs)", cpu_per_mutation, 1, compare=False)
-    row(results, "store", "CartStore alone, CPU per mutation (µs)", ("storeCpuMicrosPerMutation",), 1, compare=False)
-    missing = [f"{run}.{peer}" for run, peer in EXPECTED if not results.get((run, peer))]
+    row(results, "mutations", "writes/s", ("mutationsPerSecond",), 0)
+    row(results, "mutations", "server CPU per mutation (µs)", cpu_per_mutation, 1)
+    row(results, "store", "CartStore alone, CPU per mutation (µs)", ("storeCpuMicrosPerMutation",), 1)
+    missing = [f"{run}.{peer}" for run in RUNS for peer in measured(results, run) if not results.get((run, peer))]
     if missing:
         print(f"\nmissing runs (shown as -): {', '.join(missing)}")
 

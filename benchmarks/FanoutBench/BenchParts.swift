@@ -1,5 +1,6 @@
 import FanoutProtocol
 import Foundation
+import NIOPosix
 import Synchronization
 
 #if canImport(FoundationNetworking)
@@ -12,10 +13,26 @@ struct Write: Sendable {
     var sentAt: ContinuousClock.Instant
 }
 
-/// K writers sharing M writes over HTTP.
+/// K writers sharing M writes: HTTP requests (fanout, nchan), or NATS publishes each confirmed
+/// by a PING/PONG round trip on a connection per writer. Each writer waits for one write's
+/// acknowledgement before it sends the next.
 struct Writers: Sendable {
     let target: BenchTarget
     let count: Int
+    /// NATS: writer `i`'s connection. HTTP writers share `URLSession.shared` instead.
+    private let publishers: [NATSPublisher]
+
+    /// Opens the writers' connections (NATS only: URLSession connects on first use).
+    static func open(target: BenchTarget, count: Int) async throws -> Writers {
+        var publishers: [NATSPublisher] = []
+        if target.peer == .nats, let url = target.natsURL {
+            // One loop for all of them: writing is a small share of the bench's work. Never shut
+            // down: the bench exits with its sockets open (see `FanoutBench.run`).
+            let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+            for _ in 0..<count { publishers.append(try await NATSPublisher.connect(to: url, group: group)) }
+        }
+        return Writers(target: target, count: count, publishers: publishers)
+    }
 
     func perform(_ total: Int, clock: ContinuousClock) async throws -> [Write] {
         let nextSeq = Counter()
@@ -51,7 +68,12 @@ struct Writers: Sendable {
             let seq = nextSeq.next()
             publishedSeq = seq
             request = URLRequest(url: URL(string: "\(target.baseURL(writer))/pub/bench")!)
-            request.httpBody = Data(#"{"seq":\#(seq)}"#.utf8)
+            request.httpBody = Data(BenchTarget.published(seq: seq).utf8)
+        case .nats:
+            let seq = nextSeq.next()
+            let sentAt = clock.now
+            guard (try? await publishers[writer].publish(seq: seq)) != nil else { return nil }
+            return Write(seq: seq, sentAt: sentAt)
         }
         request.httpMethod = "POST"
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")

@@ -44,6 +44,9 @@ final class SubscriberFleet: Sendable {
 
     /// Largest frame accepted; a fanout snapshot can be big, deliveries are small.
     static let maxFrameSize = 1 << 20
+    /// Largest frame accepted from NATS, which puts all it has queued for a connection in one
+    /// frame: up to its `max_pending` (64 MiB by default) when a subscriber falls behind.
+    static let maxNATSFrameSize = 64 << 20
 
     let target: BenchTarget
     private let group: any EventLoopGroup
@@ -136,7 +139,8 @@ final class SubscriberFleet: Sendable {
     ) throws -> EventLoopFuture<Bool> {
         let peer = target.peer
         let shard = try shard(of: channel)
-        let upgrader = NIOTypedWebSocketClientUpgrader<Bool>(maxFrameSize: Self.maxFrameSize) { channel, _ in
+        let maxFrameSize = peer == .nats ? Self.maxNATSFrameSize : Self.maxFrameSize
+        let upgrader = NIOTypedWebSocketClientUpgrader<Bool>(maxFrameSize: maxFrameSize) { channel, _ in
             channel.eventLoop.makeCompletedFuture {
                 let handler = BenchSubscriberHandler(peer: peer, settle: settle)
                 try channel.pipeline.syncOperations.addHandler(handler)
@@ -228,7 +232,8 @@ private struct Endpoint: Sendable {
 }
 
 /// One bench subscriber's WebSocket, once upgraded: records deliveries as they are decoded,
-/// subscribes and heartbeats (fanout), answers pings and closes.
+/// subscribes and heartbeats (fanout) or subscribes and answers PING (NATS), answers pings and
+/// closes.
 ///
 /// Lives on its channel's event loop, like everything it owns.
 final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandler, BenchReceiver {
@@ -244,7 +249,8 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
 
     /// This subscriber's deliveries, in arrival order.
     private(set) var receipts: [Receipt] = []
-    /// Subscribed: for fanout, once the subscribe message has gone; for nchan, once upgraded.
+    /// Subscribed: for fanout, once the subscribe message has gone; for nchan, once upgraded;
+    /// for NATS, once the PONG after its SUB has come back.
     private(set) var isReady = false
 
     private let peer: FanoutBench.Peer
@@ -253,6 +259,9 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
     private var heartbeats: RepeatedTask?
     private var fragments = Fragments.none
     private var closeSent = false
+    /// NATS frames carry a byte stream: an operation may span frames, a frame hold several.
+    private var natsReader = NATSReader()
+    private var natsSubscribed = false
 
     init(peer: FanoutBench.Peer, settle: @escaping @Sendable (_ ready: Bool) -> Void) {
         self.peer = peer
@@ -267,6 +276,10 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let now = ContinuousClock.now
         let frame = unwrapInboundIn(data)
+        if peer == .nats, !frame.opcode.isControlOpcode {
+            readNATS(frame.unmaskedData, at: now, context: context)
+            return
+        }
         switch frame.opcode {
         case .text:
             if frame.fin {
@@ -321,6 +334,40 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
         {
             answerWelcome(payload, context: context)
         }
+    }
+
+    /// NATS: records each MSG's seq; answers INFO with CONNECT, SUB and a PING (ready on its
+    /// PONG), and the server's PING with PONG.
+    private func readNATS(_ data: ByteBuffer, at now: ContinuousClock.Instant, context: ChannelHandlerContext) {
+        var replies = ""
+        var failed = false
+        do {
+            try data.withUnsafeReadableBytes { bytes in
+                try natsReader.read(bytes) { operation in
+                    switch operation {
+                    case .message(let payload):
+                        if let seq = BenchTarget.seq(in: payload) { receipts.append(Receipt(seq: seq, at: now)) }
+                    case .info where !natsSubscribed:
+                        natsSubscribed = true
+                        replies += NATS.subscribe
+                    case .ping:
+                        replies += NATS.pong
+                    case .pong:
+                        becomeReady()
+                    case .error:
+                        failed = true
+                    case .info, .ok:
+                        break
+                    }
+                }
+            }
+        } catch {
+            failed = true
+        }
+        if !replies.isEmpty {
+            context.writeAndFlush(wrapOutboundOut(Self.frame(.binary, ByteBuffer(string: replies))), promise: nil)
+        }
+        if failed { context.close(promise: nil) }
     }
 
     /// Subscribes after the welcome's latest seq (live events only), then heartbeats at the

@@ -7,7 +7,7 @@ import Synchronization
     import FoundationNetworking
 #endif
 
-/// `fanout-bench`: fan-out measured from the outside, against fanout-server or nchan.
+/// `fanout-bench`: fan-out measured from the outside, against fanout-server, nchan or NATS.
 ///
 /// Opens N WebSocket subscribers, performs M writes from K writers, and prints one JSON line:
 /// deliveries per second, write→receipt latency (writer's send to each receipt, one clock, this
@@ -25,6 +25,7 @@ struct FanoutBench: AsyncParsableCommand {
             Examples:
               fanout-bench --url http://127.0.0.1:8080 --subscribers 100 --events 2000 --server-pid 4242
               fanout-bench --peer nchan --url http://127.0.0.1:9090 --subscribers 1000 --events 500
+              fanout-bench --peer nats --url http://127.0.0.1:8443 --nats-url nats://127.0.0.1:4222 --subscribers 100
               fanout-bench --subscribers 9000 --events 0 --server-pid 4242   # idle memory
             """)
 
@@ -33,6 +34,9 @@ struct FanoutBench: AsyncParsableCommand {
         case fanout
         /// nginx + nchan: subscribe at /sub/bench, publish to /pub/bench.
         case nchan
+        /// nats-server, core protocol: subscribe to the subject `bench` over its WebSocket
+        /// listener (`--url`), publish over its TCP port (`--nats-url`).
+        case nats
     }
 
     @Option(
@@ -53,8 +57,11 @@ struct FanoutBench: AsyncParsableCommand {
     @Option(name: .customLong("server-pid"), help: "A server process to measure (repeatable; summed).")
     var serverPIDs: [Int32] = []
 
-    @Option(help: "fanout or nchan.")
+    @Option(help: "fanout, nchan or nats.")
     var peer: Peer = .fanout
+
+    @Option(help: "NATS's client port, where --peer nats publishes (nats://host:port); --url is then its WebSocket listener.")
+    var natsURL: String?
 
     @Option(help: "Seconds to wait for the last deliveries after the last write.")
     var drainTimeout: Double = 60
@@ -68,7 +75,7 @@ struct FanoutBench: AsyncParsableCommand {
     @Option(help: "Threads receiving for the subscribers (default: half the cores, at least 1).")
     var receiveThreads: Int?
 
-    @Option(help: "How the subscribers receive: websocket, or sse (Server-Sent Events; for nchan, its EventSource).")
+    @Option(help: "How the subscribers receive: websocket, or sse (Server-Sent Events; for nchan, its EventSource; not for NATS).")
     var transport: Transport = .websocket
 
     enum Transport: String, ExpressibleByArgument, CaseIterable, Sendable {
@@ -84,11 +91,16 @@ struct FanoutBench: AsyncParsableCommand {
         guard subscribers >= 0, events >= 0, writers >= 1, (receiveThreads ?? 1) >= 1 else {
             throw ValidationError("--subscribers and --events must be ≥ 0, --writers and --receive-threads ≥ 1")
         }
+        if peer == .nats {
+            guard natsURL != nil else { throw ValidationError("--peer nats needs --nats-url nats://host:port") }
+            guard transport == .websocket else { throw ValidationError("NATS subscribers speak WebSocket only") }
+        }
     }
 
     func run() async throws {
         let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
-        let target = BenchTarget(peer: peer, transport: transport, baseURLs: url, token: token, subscriberToken: subscriberToken ?? token)
+        let target = BenchTarget(
+            peer: peer, transport: transport, baseURLs: url, natsURL: natsURL, token: token, subscriberToken: subscriberToken ?? token)
         let server = ProcessMeter(pids: serverPIDs)
         // This process too: what receiving and writing cost the bench itself.
         let bench = ProcessMeter(pids: [getpid()])
@@ -107,11 +119,13 @@ struct FanoutBench: AsyncParsableCommand {
             Foundation.exit(0)
         }
 
+        // NATS's writers connect here, before the clock starts; HTTP ones on their first write.
+        let openWriters = try await Writers.open(target: target, count: writers)
         let cpuBefore = server.cpuSeconds()
         let benchCpuBefore = bench.cpuSeconds()
         let clock = ContinuousClock()
         let start = clock.now
-        let writes = try await Writers(target: target, count: writers).perform(events, clock: clock)
+        let writes = try await openWriters.perform(events, clock: clock)
         let writesDone = clock.now
         let acknowledged = Set(writes.map(\.seq))
         await fleet.waitForDeliveries(of: acknowledged, timeout: .seconds(drainTimeout))
@@ -142,6 +156,8 @@ struct BenchTarget: Sendable {
     /// One server's, or several servers' on one database: subscriber or writer `i` uses the
     /// `i % count`-th.
     let baseURLs: [String]
+    /// NATS's client port (`nats://host:port`), where its writers publish.
+    let natsURL: String?
     /// The writers' token.
     let token: String?
     /// The subscribers' token: the writers', or an end user's signed one.
@@ -151,11 +167,20 @@ struct BenchTarget: Sendable {
 
     func subscribeURL(_ index: Int) -> String {
         let ws = baseURL(index).replacingOccurrences(of: "http://", with: "ws://").replacingOccurrences(of: "https://", with: "wss://")
-        return ws + (peer == .fanout ? "/subscribe" : "/sub/bench")
+        switch peer {
+        case .fanout: return ws + "/subscribe"
+        case .nchan: return ws + "/sub/bench"
+        case .nats: return ws + "/"
+        }
+    }
+
+    /// What the bench publishes to nchan and NATS: the write's seq, which `seq(in:)` reads back.
+    static func published(seq: Int64) -> String {
+        #"{"seq":\#(seq)}"#
     }
 
     /// The seq of a received message: fanout events carry `"seq":N` with `"type":"event"`;
-    /// what we publish to nchan is `{"seq":N}`. Scanned, not decoded: the client shares two
+    /// what we publish to nchan and NATS is `{"seq":N}`. Scanned, not decoded: the client shares two
     /// cores with the server and must not be the bottleneck.
     static func seq<Bytes: Collection<UInt8>>(in bytes: Bytes) -> Int64? {
         guard var probe = end(of: seqKey, in: bytes) else { return nil }
@@ -171,7 +196,7 @@ struct BenchTarget: Sendable {
 
     /// Whether a text message received from `peer` is one of the deliveries the bench counts.
     static func isDelivery<Bytes: Collection<UInt8>>(_ bytes: Bytes, from peer: FanoutBench.Peer) -> Bool {
-        peer == .nchan || contains(eventType, in: bytes)
+        peer != .fanout || contains(eventType, in: bytes)
     }
 
     static let welcomeType = Array(#""type":"welcome""#.utf8)
