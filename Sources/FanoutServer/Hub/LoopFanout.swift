@@ -25,6 +25,11 @@ final class LoopFanout: @unchecked Sendable {
     /// connection at once, and its end removes the member, from inside the pass.
     private var passing = false
     private var leaving: [ObjectIdentifier] = []
+    /// When the last pass that wrote anything ended, and how long it took (see `passWhenDue`).
+    private var lastPassEnded = NIODeadline.distantPast
+    private var lastPassTook = TimeAmount.zero
+    /// The longest a pass waits behind the one before it: a bound on the latency it adds.
+    static let longestGap = TimeAmount.milliseconds(5)
 
     init(loop: any EventLoop, ring: LiveRing) {
         self.loop = loop
@@ -34,7 +39,21 @@ final class LoopFanout: @unchecked Sendable {
     /// From any thread: the ring has something new.
     func poke() {
         guard !passPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        loop.execute { self.pass() }
+        loop.execute { self.passWhenDue() }
+    }
+
+    /// Batches when the load allows it, never when it does not: a pass that follows another one
+    /// that wrote waits, after it, as long as that one took (at most `longestGap`), so under
+    /// continuous load a pass carries every event of its own time and the gap before it, in
+    /// one write per subscriber, and the fan-out leaves the loop half its time for the rest.
+    /// A poke after a quiet moment (the last pass longer ago than it took) passes at once.
+    private func passWhenDue() {
+        let due = lastPassEnded + min(lastPassTook, Self.longestGap)
+        if NIODeadline.now() >= due {
+            pass()
+        } else {
+            loop.scheduleTask(deadline: due) { self.pass() }
+        }
     }
 
     /// On the loop: `subscriber` (live, its cursor set) joins, and gets what follows its cursor.
@@ -97,9 +116,12 @@ final class LoopFanout: @unchecked Sendable {
         guard from != .max else { return }
         let items = ring.items(after: from)
         guard !items.isEmpty else { return }
+        let started = NIODeadline.now()
         for subscriber in members where subscriber.phase == .live {
             write(items, to: subscriber)
         }
+        lastPassEnded = NIODeadline.now()
+        lastPassTook = lastPassEnded - started
     }
 
     /// Writes `subscriber` the items after its cursor that it wants, while its connection has
