@@ -90,8 +90,6 @@ let package = Package(
                 .product(name: "DequeModule", package: "swift-collections"),
                 // `/subscribe` is NIO's WebSocket upgrade and frame codec, driven by our handler.
                 .product(name: "NIOHTTP1", package: "swift-nio"),
-                // Its event loops as Swift concurrency's global executor (`FanoutServerCommand.main`).
-                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

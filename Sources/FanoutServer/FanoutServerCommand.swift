@@ -2,8 +2,6 @@ import ArgumentParser
 import CartStore
 import Foundation
 import Logging
-import NIOCore
-import NIOPosix
 
 /// `fanout-server`: parses the command line, opens the store, runs the server.
 @main
@@ -20,16 +18,6 @@ struct FanoutServerCommand: AsyncParsableCommand {
             Example: fanout-server --token OPERATOR-KEY --jwt-secret SECRET
             """,
         subcommands: [TokenCommand.self])
-
-    /// The entry point: Swift concurrency's global executor becomes SwiftNIO's event loops
-    /// before anything else runs, so a request's handler resumes on the loop its connection is
-    /// on instead of hopping to a thread of the concurrency pool and back (two thread wake-ups
-    /// per request). Nothing the server runs as a task may block a thread: GRDB's async reads
-    /// and writes run on GRDB's own queues, PostgresNIO's on the loops.
-    static func main() async {
-        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-        await main(nil)
-    }
 
     @Option(help: "Port to listen on; 0 picks a free one.")
     var port: Int = 8080
