@@ -136,16 +136,12 @@ public func runToExit(executable: URL, _ arguments: [String], timeout: Duration 
     process.standardOutput = standardOutput.pipe
     process.standardError = standardError.pipe
     try process.run()
-    let deadline = ContinuousClock.now + timeout
-    while process.isRunning, ContinuousClock.now < deadline {
-        try await Task.sleep(for: .milliseconds(10))
-    }
-    let timedOut = process.isRunning
-    if timedOut { kill(process.processIdentifier, SIGKILL) }
+    let status = await exitStatus(of: process, within: timeout)
+    // Killed at the deadline: its pipes close once it has gone.
     while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
     return ProcessOutcome(
         status: process.terminationStatus, standardOutput: await standardOutput.finish(),
-        standardError: await standardError.finish(), timedOut: timedOut)
+        standardError: await standardError.finish(), timedOut: status == nil)
 }
 
 /// A pipe read to its end on a thread of its own (not one of the concurrency pool's).

@@ -41,8 +41,11 @@ struct NATSReader {
         case error(String)
     }
 
-    /// The start of an operation the previous reads ended inside.
+    /// The start of an operation the previous reads ended inside: at most `longestOperation`
+    /// bytes (a line with no end in sight, or a payload larger than a server sends, fails the run).
     private var pending: [UInt8] = []
+    /// nats-server's largest payload by default (1 MiB), with room for its `MSG` line.
+    static let longestOperation = (1 << 20) + 1_024
 
     /// Hands every complete operation in `bytes` (after what is pending) to `handle`, in order.
     mutating func read(_ bytes: UnsafeRawBufferPointer, _ handle: (Operation) -> Void) throws {
@@ -53,6 +56,9 @@ struct NATSReader {
             pending += bytes
             let used = try pending.withUnsafeBytes { try Self.parse($0, handle) }
             pending.removeFirst(used)
+        }
+        guard pending.count <= Self.longestOperation else {
+            throw BenchFailure("a NATS operation longer than \(Self.longestOperation) bytes")
         }
     }
 

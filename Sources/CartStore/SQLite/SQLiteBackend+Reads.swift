@@ -30,6 +30,8 @@ extension SQLiteBackend {
         return try await writer.read(body)
     }
 
+    /// GRDB's synchronous `read`: from a synchronous function, where the async overload is not
+    /// a candidate.
     private func readOnCallersThread<T>(_ body: (Database) throws -> T) throws -> T {
         try writer.read(body)
     }
