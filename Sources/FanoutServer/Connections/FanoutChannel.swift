@@ -195,8 +195,15 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
     }
 
-    /// Serves HTTP for the connection's lifetime; for a subscriber, returns once upgraded.
+    /// Serves HTTP for the connection's lifetime, on its event loop (`EventLoopTaskExecutor`);
+    /// for a subscriber, returns once upgraded.
     func handle(value: Value, logger: Logger) async {
+        await withTaskExecutorPreference(EventLoopTaskExecutor(value.channel.eventLoop)) {
+            await serve(value, logger: logger)
+        }
+    }
+
+    private func serve(_ value: Value, logger: Logger) async {
         do {
             switch try await value.negotiated.get() {
             case .http(let http):
