@@ -18,22 +18,16 @@ extension SQLiteBackend {
     static let smallReadEvents = 64
 
     /// Runs a read in one transaction. A small read (a few carts, a short page of events: tens
-    /// of microseconds of SQLite) on a database pool runs on the caller's thread, GRDB's
-    /// synchronous read on one of the pool's reader connections: handing it to GRDB's reader
-    /// queue and resuming afterwards cost more than the read (two thread wake-ups). In WAL mode
-    /// a pool's readers never wait for its writer, so such a read does not hold the caller (an
-    /// event loop, in the server) behind a commit. Anything larger, and every read of a database
-    /// queue (one connection, where a read waits for the write under way: in-memory stores), is
-    /// GRDB's async read, on its own queue.
+    /// of microseconds of SQLite) of a database file runs on the caller's thread, on one of
+    /// `smallReaders`' connections: handing it to GRDB's reader queue and resuming afterwards
+    /// cost more than the read (two thread wake-ups). In WAL mode readers never wait for the
+    /// writer, so such a read does not hold the caller (an event loop, in the server) behind a
+    /// commit. Anything larger, a small read while every one of those connections is busy, and
+    /// every read of a database queue (one connection, where a read waits for the write under
+    /// way: in-memory stores) is GRDB's async read, on its own queue.
     func read<T: Sendable>(small: Bool, _ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-        if small, writer is DatabasePool { return try readOnCallersThread(body) }
+        if small, let smallReaders, let value = try smallReaders.read(body) { return value }
         return try await writer.read(body)
-    }
-
-    /// GRDB's synchronous `read`: from a synchronous function, where the async overload is not
-    /// a candidate.
-    private func readOnCallersThread<T>(_ body: (Database) throws -> T) throws -> T {
-        try writer.read(body)
     }
 
     /// The carts (all, or those named) with the seq they stand at. Every read here is a cached

@@ -22,6 +22,9 @@ final class SQLiteBackend: CartStoreBackend {
     private let lacksRoom = Atomic<Bool>(false)
     /// Where committed events go (`start`).
     private let sink = NIOLockedValueBox<EventSink?>(nil)
+    /// Connections for small reads on the caller's thread; a pool's file only (a queue's
+    /// reads wait for its writer).
+    let smallReaders: SmallReaders?
 
     /// Opens (creating if needed) the database at `path` in WAL mode, migrates it, and checks
     /// that it can be written (see `CartStore.init(path:durability:)` for the errors).
@@ -51,6 +54,7 @@ final class SQLiteBackend: CartStoreBackend {
     /// - Parameter commitLimit: how many mutations may wait for the writer (see `GroupCommit`).
     init(writer: any DatabaseWriter, commitLimit: Int = 4_096, fileLock: DatabaseFileLock? = nil) throws {
         self.writer = writer
+        self.smallReaders = (writer as? DatabasePool).map { SmallReaders(of: $0) }
         self.commits = GroupCommit(limit: commitLimit)
         self.fileLock = fileLock
         do {
@@ -95,6 +99,7 @@ final class SQLiteBackend: CartStoreBackend {
     }
 
     func close() throws {
+        smallReaders?.close()
         try? writer.writeWithoutTransaction { db in Self.shrinkLog(db) }
         if let pool = writer as? DatabasePool {
             try pool.close()

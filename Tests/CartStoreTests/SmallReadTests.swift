@@ -1,0 +1,91 @@
+import Foundation
+import GRDB
+import Testing
+
+@testable import CartStore
+
+/// The connections that run a store file's small reads on the caller's thread.
+@Suite("Small reads")
+struct SmallReadTests {
+    /// A store file with one cart, and readers of its own beside the store's.
+    private static func store(_ directory: TemporaryDirectory, limit: Int) async throws -> (CartStore, SmallReaders) {
+        let store = try CartStore(path: directory.path("store.sqlite"))
+        _ = try await store.addItem(cartID: "a", sku: "tea", quantity: 1, unitPriceCents: 300)
+        let pool = try #require((store.backend as? SQLiteBackend)?.writer as? DatabasePool)
+        return (store, SmallReaders(of: pool, limit: limit))
+    }
+
+    private static func quantity(_ db: Database) throws -> Int? {
+        try Int.fetchOne(db, sql: "SELECT quantity FROM cart_items WHERE cart_id = 'a' AND sku = 'tea'")
+    }
+
+    @Test func eachReadSeesWhatWasCommittedBeforeIt() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let (store, readers) = try await Self.store(directory, limit: 1)
+        defer { try? store.close() }
+        #expect(try readers.read(Self.quantity) == 1)
+        // The same connection again: its last read's transaction is over.
+        _ = try await store.setQuantity(cartID: "a", sku: "tea", quantity: 5)
+        #expect(try readers.read(Self.quantity) == 5)
+        readers.close()
+    }
+
+    @Test func aReadThatFailsLeavesItsConnectionReadyForTheNext() async throws {
+        struct Refused: Error {}
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let (store, readers) = try await Self.store(directory, limit: 1)
+        defer { try? store.close() }
+        #expect(throws: Refused.self) {
+            try readers.read { db in
+                _ = try Self.quantity(db)
+                throw Refused()
+            }
+        }
+        // Still inside the failed read's transaction, the connection would refuse to begin
+        // another, or show the cart as it was.
+        _ = try await store.setQuantity(cartID: "a", sku: "tea", quantity: 7)
+        #expect(try readers.read(Self.quantity) == 7)
+        readers.close()
+    }
+
+    @Test func aReadWhileEveryConnectionIsInUseIsNotWaitedFor() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let (store, readers) = try await Self.store(directory, limit: 1)
+        defer { try? store.close() }
+        let inner = try readers.read { _ in try readers.read(Self.quantity) }
+        #expect(inner == .some(nil), "nothing to read it with: nil at once, for the caller to read elsewhere")
+        readers.close()
+        #expect(try readers.read(Self.quantity) == nil, "closed: nothing more is opened")
+    }
+
+    @Test func theStoreAnswersSmallReadsWhenItsConnectionsAreAllInUse() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let store = try CartStore(path: directory.path("store.sqlite"))
+        defer { try? store.close() }
+        _ = try await store.addItem(cartID: "a", sku: "tea", quantity: 2, unitPriceCents: 300)
+        let backend = try #require(store.backend as? SQLiteBackend)
+        let readers = try #require(backend.smallReaders)
+        // Every reader held by threads of their own until the read below is answered.
+        let limit = max(2, ProcessInfo.processInfo.activeProcessorCount)
+        let holding = DispatchGroup()
+        let release = DispatchSemaphore(value: 0)
+        for _ in 0..<limit {
+            holding.enter()
+            Thread.detachNewThread {
+                _ = try? readers.read { _ in
+                    holding.leave()
+                    release.wait()
+                }
+            }
+        }
+        holding.wait()
+        #expect(try readers.read(Self.quantity) == nil, "every connection is in use")
+        let cart = try await store.cart("a")
+        #expect(cart?.items.first?.quantity == 2)
+        for _ in 0..<limit { release.signal() }
+    }
+}
