@@ -6,12 +6,14 @@ typealias SQLiteWork = @Sendable (Database) throws -> CartCommit
 extension GroupCommit where Work == SQLiteWork {
     /// Commits the bodies in one transaction, each in a savepoint. Returns each one's outcome,
     /// in order; throws when the transaction itself failed, and then nothing of the batch was
-    /// written.
+    /// written. Its statements are prepared once per connection, like the savepoints' (GRDB's
+    /// `inTransaction` parses BEGIN and COMMIT on every call).
     func commit(_ bodies: [@Sendable (Database) throws -> CartCommit], _ db: Database) throws -> [Result<CartCommit, any Error>] {
         transactions.add(1, ordering: .relaxed)
         var outcomes: [Result<CartCommit, any Error>] = []
         outcomes.reserveCapacity(bodies.count)
-        try db.inTransaction(.immediate) {
+        try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+        do {
             for body in bodies {
                 do {
                     outcomes.append(.success(try Self.inSavepoint(db) { try body(db) }))
@@ -22,7 +24,10 @@ extension GroupCommit where Work == SQLiteWork {
                     outcomes.append(.failure(error))
                 }
             }
-            return .commit
+            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+        } catch {
+            if db.isInsideTransaction { try? db.rollback() }
+            throw error
         }
         return outcomes
     }

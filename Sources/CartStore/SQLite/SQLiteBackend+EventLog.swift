@@ -28,8 +28,8 @@ extension SQLiteBackend {
     }
 
     static func readEvents(after seq: Int64, limit: Int, carts: Set<String>?, _ db: Database) throws -> EventLogRead {
-        let latest = try latestSeq(db)
-        if let refusal = try EventLogRead.refusal(since: seq, latest: latest, oldestRetained: try oldestRetainedSeq(db)) {
+        let (latest, oldestRetained) = try logBounds(db)
+        if let refusal = try EventLogRead.refusal(since: seq, latest: latest, oldestRetained: oldestRetained) {
             return refusal
         }
         // Cached statements, decoded by position (see `snapshot(of:_:)`).
@@ -60,10 +60,20 @@ extension SQLiteBackend {
         try Int64.fetchOne(db.cachedStatement(sql: "SELECT seq FROM sqlite_sequence WHERE name = 'cart_events'")) ?? 0
     }
 
+    /// The newest seq (0 when nothing was ever committed) and the oldest still in the log
+    /// (`latest + 1` when it is empty), in one statement: a page of the log is read in two
+    /// statements rather than three.
+    static func logBounds(_ db: Database) throws -> (latest: Int64, oldestRetained: Int64) {
+        let statement = try db.cachedStatement(
+            sql: """
+                SELECT (SELECT seq FROM sqlite_sequence WHERE name = 'cart_events'), (SELECT MIN(seq) FROM cart_events)
+                """)
+        let row = try Row.fetchOne(statement)
+        let latest: Int64 = row?[0] ?? 0
+        return (latest, row?[1] ?? latest + 1)
+    }
+
     static func oldestRetainedSeq(_ db: Database) throws -> Int64 {
-        if let oldest = try Int64.fetchOne(db.cachedStatement(sql: "SELECT MIN(seq) FROM cart_events")) {
-            return oldest
-        }
-        return try latestSeq(db) + 1
+        try logBounds(db).oldestRetained
     }
 }

@@ -129,8 +129,8 @@ struct AccessPolicy: Sendable {
 struct AccessMiddleware: RouterMiddleware {
     typealias Context = FanoutRequestContext
 
-    static var openPaths: Set<String> { ["/", PageController.scriptPath, "/healthz", "/openapi.json"] }
-    static var operatorPaths: Set<String> { ["/stats", "/metrics"] }
+    static let openPaths: Set<String> = ["/", PageController.scriptPath, "/healthz", "/openapi.json"]
+    static let operatorPaths: Set<String> = ["/stats", "/metrics"]
 
     let policy: AccessPolicy
 
