@@ -11,9 +11,10 @@ public enum EventLogRead: Sendable, Hashable {
 }
 
 // Reads on a SQLite file run in one transaction each. A small one (one cart, a snapshot of at
-// most 16 carts, a page of at most 64 events) runs on the calling thread, as GRDB's synchronous
-// read on a reader connection (tens of microseconds; in WAL mode it never waits for a commit);
-// larger ones, and every read of an in-memory store, run on GRDB's queues.
+// most 16 carts, a page of at most 64 events) runs on the calling thread, on a read-only
+// connection of its own (tens of microseconds; in WAL mode it never waits for a commit);
+// larger ones, small ones while every such connection is in use, and every read of an
+// in-memory store, run on GRDB's queues.
 extension CartStore {
     /// The cart with this id, or `nil` if it was never changed.
     public func cart(_ cartID: String) async throws -> Cart? {
@@ -29,8 +30,9 @@ extension CartStore {
     /// The carts (all, or those with the given ids that exist), ordered by id, and the seq they
     /// reflect, read at one point of the log: apply events after `seq` to stay current.
     ///
-    /// On a SQLite file a snapshot of at most 16 carts is read on the calling thread (GRDB's
-    /// synchronous read: tens of microseconds, never behind a commit); others on GRDB's queues.
+    /// On a SQLite file a snapshot of at most 16 carts (named, or the whole store when it holds
+    /// no more) is read on the calling thread (tens of microseconds, never behind a commit);
+    /// others on GRDB's queues.
     public func snapshot(of cartIDs: Set<String>? = nil) async throws -> CartSnapshot {
         for id in cartIDs ?? [] { try CartLimits.checkCartID(id) }
         return try await backend.snapshot(of: cartIDs)

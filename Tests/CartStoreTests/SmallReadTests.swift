@@ -88,4 +88,23 @@ struct SmallReadTests {
         #expect(cart?.items.first?.quantity == 2)
         for _ in 0..<limit { release.signal() }
     }
+
+    @Test func theWholeStoreIsReadWhetherItHoldsFewCartsOrMany() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let store = try CartStore(path: directory.path("store.sqlite"))
+        defer { try? store.close() }
+        // Up to 16 carts the read runs on the caller's thread; from 17 on GRDB's reader queue.
+        for count in 1...18 {
+            _ = try await store.addItem(cartID: "c\(count)", sku: "tea", quantity: count, unitPriceCents: 300)
+            let snapshot = try await store.snapshot()
+            #expect(snapshot.carts.count == count)
+            #expect(snapshot.carts.map(\.items[0].quantity).sorted() == Array(1...count))
+            #expect(snapshot.seq == Int64(count))
+        }
+        let backend = try #require(store.backend as? SQLiteBackend)
+        let readers = try #require(backend.smallReaders)
+        #expect(try readers.read { db in try SQLiteBackend.hasMoreCarts(than: 16, db) } == true)
+        #expect(try readers.read { db in try SQLiteBackend.hasMoreCarts(than: 18, db) } == false)
+    }
 }

@@ -6,11 +6,22 @@ extension SQLiteBackend {
         try await read(small: true) { db in try Self.loadCart(cartID, db) }
     }
 
-    /// Read in one transaction.
+    /// Read in one transaction. The whole store is a small read when it holds at most
+    /// `smallReadCarts` carts, which the read itself tells first (a step over at most that many
+    /// rows of an index); a larger one is left for GRDB's reader queue.
     func snapshot(of cartIDs: Set<String>?) async throws -> CartSnapshot {
-        try await read(small: cartIDs.map { $0.count <= Self.smallReadCarts } ?? false) { db in
-            try Self.snapshot(of: cartIDs, db)
+        if let cartIDs {
+            return try await read(small: cartIDs.count <= Self.smallReadCarts) { db in try Self.snapshot(of: cartIDs, db) }
         }
+        let small = try smallReaders?.read { db in
+            try Self.hasMoreCarts(than: Self.smallReadCarts, db) ? nil : Self.snapshot(of: nil, db)
+        }
+        if case .some(.some(let snapshot)) = small { return snapshot }
+        return try await writer.read { db in try Self.snapshot(of: nil, db) }
+    }
+
+    static func hasMoreCarts(than count: Int, _ db: Database) throws -> Bool {
+        try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM carts LIMIT 1 OFFSET ?)"), arguments: [count]) ?? false
     }
 
     /// The most carts, or events in a page, a read may name to be run on the caller's thread.
