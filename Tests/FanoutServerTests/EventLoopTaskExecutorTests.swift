@@ -1,4 +1,6 @@
 import Foundation
+import Hummingbird
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Testing
@@ -29,5 +31,32 @@ struct EventLoopTaskExecutorTests {
             return onLoop
         }
         #expect(onLoop == [true, true, true])
+    }
+
+    /// An answer that notes whether it was written on the loop.
+    struct Answer: JSONBytesResponse, Sendable {
+        let loop: any EventLoop
+        let writtenOnLoop: NIOLockedValueBox<[Bool]>
+
+        func json() -> [UInt8] {
+            writtenOnLoop.withLockedValue { $0.append(loop.inEventLoop) }
+            return Array(#"{"ok":true}"#.utf8)
+        }
+    }
+
+    @Test func aLargeAnswerIsWrittenOffTheLoopAndTheTaskComesBack() async throws {
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let answer = Answer(loop: loop, writtenOnLoop: NIOLockedValueBox([]))
+        let (small, large, backOnLoop) = await withTaskExecutorPreference(EventLoopTaskExecutor(loop)) {
+            let small = await answer.response(writtenOffLoop: false)
+            let large = await answer.response(writtenOffLoop: true)
+            return (small, large, loop.inEventLoop)
+        }
+        #expect(answer.writtenOnLoop.withLockedValue { $0 } == [true, false], "a small answer on the loop, a large one off it")
+        #expect(backOnLoop)
+        for response in [small, large] {
+            #expect(response.status == .ok)
+            #expect(response.headers[.contentLength] == "11")
+        }
     }
 }

@@ -24,7 +24,7 @@ struct EventsController: Sendable {
     /// instead. With `wait=S` (a long-poll, S ≤ 60 seconds) and nothing after `since` yet, the
     /// request waits until an event of those carts commits or S passes (then `events` is empty).
     /// Without `carts`, the carts the credential may see.
-    @Sendable func events(_ request: Request, context: FanoutRequestContext) async throws -> EventsPage {
+    @Sendable func events(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let query = request.uri.queryParameters
         let since = try Self.integer(query.get("since"), name: "since") ?? 0
         let limit = try Self.integer(query.get("limit"), name: "limit").map(Int.init) ?? 100
@@ -46,7 +46,8 @@ struct EventsController: Sendable {
                         throw APIError(.serverFull, "\(hub.longPolls.limit) long-polls are already waiting; retry, or subscribe")
                     }
                 }
-                return EventsPage(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
+                return await EventsPage(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
+                    .response(writtenOffLoop: events.count > CartController.largeAnswer)
             case .tooOld(let oldest, let latest):
                 throw APIError(
                     .historyTooOld,

@@ -13,8 +13,20 @@ protocol JSONBytesResponse: ResponseGenerator {
 
 extension JSONBytesResponse {
     public func response(from request: Request, context: some RequestContext) throws -> Response {
-        let json = self.json()
-        return Response(
+        Self.response(json())
+    }
+
+    /// The answer, written off the connection's event loop when `large`: a request runs on
+    /// its connection's loop (`EventLoopTaskExecutor`), and writing thousands of carts or
+    /// events there would hold up every subscriber of that loop for milliseconds. A small
+    /// answer is written where it is, as a hop to Swift concurrency's pool and back costs more.
+    func response(writtenOffLoop large: Bool) async -> Response where Self: Sendable {
+        guard large else { return Self.response(json()) }
+        return Self.response(await withTaskExecutorPreference(globalConcurrentExecutor) { self.json() })
+    }
+
+    private static func response(_ json: [UInt8]) -> Response {
+        Response(
             status: .ok,
             headers: [.contentType: "application/json; charset=utf-8", .contentLength: String(json.count)],
             body: .init(byteBuffer: ByteBuffer(bytes: json)))
