@@ -134,6 +134,13 @@ let package = Package(
             ],
             path: "benchmarks/CartStoreBench"
         ),
+        // Benchmark: what a one-route Hummingbird server costs per request (benchmarks/requests.sh,
+        // PEERS=1), beside fanout-server's /healthz.
+        .executableTarget(
+            name: "hummingbird-floor",
+            dependencies: [.product(name: "Hummingbird", package: "hummingbird")],
+            path: "benchmarks/HummingbirdFloor"
+        ),
         // Test helper: a child process that writes until it is killed (crash-survival tests).
         .executableTarget(
             name: "cartstore-crash-writer",
