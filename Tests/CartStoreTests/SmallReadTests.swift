@@ -70,10 +70,10 @@ struct SmallReadTests {
         let backend = try #require(store.backend as? SQLiteBackend)
         let readers = try #require(backend.smallReaders)
         // Every reader held by threads of their own until the read below is answered.
-        let limit = max(2, ProcessInfo.processInfo.activeProcessorCount)
         let holding = DispatchGroup()
         let release = DispatchSemaphore(value: 0)
-        for _ in 0..<limit {
+        defer { for _ in 0..<readers.limit { release.signal() } }
+        for _ in 0..<readers.limit {
             holding.enter()
             Thread.detachNewThread {
                 _ = try? readers.read { _ in
@@ -86,7 +86,6 @@ struct SmallReadTests {
         #expect(try readers.read(Self.quantity) == nil, "every connection is in use")
         let cart = try await store.cart("a")
         #expect(cart?.items.first?.quantity == 2)
-        for _ in 0..<limit { release.signal() }
     }
 
     @Test func theWholeStoreIsReadWhetherItHoldsFewCartsOrMany() async throws {
@@ -106,5 +105,18 @@ struct SmallReadTests {
         let readers = try #require(backend.smallReaders)
         #expect(try readers.read { db in try SQLiteBackend.hasMoreCarts(than: 16, db) } == true)
         #expect(try readers.read { db in try SQLiteBackend.hasMoreCarts(than: 18, db) } == false)
+    }
+
+    @Test func aReaderThatCannotBeOpenedLeavesTheReadToThePool() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let (store, readers) = try await Self.store(directory, limit: 1)
+        defer { try? store.close() }
+        // The file moved away under an open store: its pool's connections still read it, but
+        // no connection can be opened at its path any more.
+        try FileManager.default.moveItem(atPath: directory.path("store.sqlite"), toPath: directory.path("moved.sqlite"))
+        #expect(try readers.read(Self.quantity) == nil, "nil at once, for the caller to read elsewhere")
+        let cart = try await store.cart("a")
+        #expect(cart?.items.first?.quantity == 1, "the store read it through its pool")
     }
 }

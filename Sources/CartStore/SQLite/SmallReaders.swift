@@ -10,9 +10,11 @@ import NIOConcurrencyHelpers
 /// transaction begun and committed through SQL parsed again each time. Here a connection is
 /// taken from a list under one lock, and the transaction's statements are cached.
 ///
-/// At most `limit` connections are opened, as callers need them. When every one is in use the
-/// read is not waited for here: `read` answers nil and the caller reads through GRDB's pool
-/// instead (`SQLiteBackend.read(small:_:)`), so a caller never blocks on another's read.
+/// At most `limit` connections are opened, as callers need them. When every one is in use, or
+/// another cannot be opened (out of descriptors, say), the read is not waited for here: `read`
+/// answers nil and the caller reads through GRDB's pool instead (`SQLiteBackend.read(small:_:)`),
+/// whose connections are already open, so a caller never blocks on another's read and a read
+/// does not fail for want of a connection of this set.
 final class SmallReaders: Sendable {
     private struct State {
         var idle: [DatabaseQueue] = []
@@ -22,7 +24,8 @@ final class SmallReaders: Sendable {
 
     private let path: String
     private let configuration: Configuration
-    private let limit: Int
+    /// The most connections open at once.
+    let limit: Int
     private let state = NIOLockedValueBox(State())
 
     /// Readers of the pool's file, configured as its own are.
@@ -35,9 +38,9 @@ final class SmallReaders: Sendable {
     }
 
     /// `body` in one read transaction, on the caller's thread; nil, without running it, when
-    /// all `limit` readers are in use.
+    /// no reader is free.
     func read<T>(_ body: (Database) throws -> T) throws -> T? {
-        guard let reader = try take() else { return nil }
+        guard let reader = take() else { return nil }
         defer { giveBack(reader) }
         return try reader.inDatabase { db in
             try db.cachedStatement(sql: "BEGIN DEFERRED TRANSACTION").execute()
@@ -62,7 +65,7 @@ final class SmallReaders: Sendable {
         for reader in idle { try? reader.close() }
     }
 
-    private func take() throws -> DatabaseQueue? {
+    private func take() -> DatabaseQueue? {
         enum Taken {
             case reader(DatabaseQueue)
             case open
@@ -84,7 +87,7 @@ final class SmallReaders: Sendable {
                 return try DatabaseQueue(path: path, configuration: configuration)
             } catch {
                 state.withLockedValue { $0.opened -= 1 }
-                throw error
+                return nil
             }
         }
     }
