@@ -48,8 +48,8 @@ struct EventLoopTaskExecutorTests {
         let loop = MultiThreadedEventLoopGroup.singleton.next()
         let answer = Answer(loop: loop, writtenOnLoop: NIOLockedValueBox([]))
         let (small, large, backOnLoop) = await withTaskExecutorPreference(EventLoopTaskExecutor(loop)) {
-            let small = await answer.response(writtenOffLoop: false)
-            let large = await answer.response(writtenOffLoop: true)
+            let small = await answer.response(holding: Answer.largestOnLoop)
+            let large = await answer.response(holding: Answer.largestOnLoop + 1)
             return (small, large, loop.inEventLoop)
         }
         #expect(answer.writtenOnLoop.withLockedValue { $0 } == [true, false], "a small answer on the loop, a large one off it")

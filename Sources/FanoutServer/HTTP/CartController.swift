@@ -23,12 +23,8 @@ struct CartController: Sendable {
 
     @Sendable func list(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let snapshot = try await store.snapshot(of: try context.grant.readable(nil))
-        return await CartsResponse(carts: snapshot.carts, seq: snapshot.seq)
-            .response(writtenOffLoop: snapshot.carts.count > Self.largeAnswer)
+        return await CartsResponse(carts: snapshot.carts, seq: snapshot.seq).response(holding: snapshot.carts.count)
     }
-
-    /// The most carts, or events, an answer holds that is written on the connection's loop.
-    static let largeAnswer = 64
 
     @Sendable func show(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let cartID = try context.parameters.require("cartID")

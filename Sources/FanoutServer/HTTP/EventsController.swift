@@ -47,7 +47,7 @@ struct EventsController: Sendable {
                     }
                 }
                 return await EventsPage(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
-                    .response(writtenOffLoop: events.count > CartController.largeAnswer)
+                    .response(holding: events.count)
             case .tooOld(let oldest, let latest):
                 throw APIError(
                     .historyTooOld,

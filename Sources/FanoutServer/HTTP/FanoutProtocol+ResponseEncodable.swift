@@ -16,12 +16,16 @@ extension JSONBytesResponse {
         Self.response(json())
     }
 
-    /// The answer, written off the connection's event loop when `large`: a request runs on
-    /// its connection's loop (`EventLoopTaskExecutor`), and writing thousands of carts or
-    /// events there would hold up every subscriber of that loop for milliseconds. A small
-    /// answer is written where it is, as a hop to Swift concurrency's pool and back costs more.
-    func response(writtenOffLoop large: Bool) async -> Response where Self: Sendable {
-        guard large else { return Self.response(json()) }
+    /// The most carts or events an answer holds that is written where the request runs.
+    static var largestOnLoop: Int { 64 }
+
+    /// The answer, holding `count` carts or events, written off the connection's event loop
+    /// when it holds more than `largestOnLoop`: a request runs on its connection's loop
+    /// (`EventLoopTaskExecutor`), and writing thousands of carts or events there would hold up
+    /// every subscriber of that loop for milliseconds. A smaller answer is written where it
+    /// is, as a hop to Swift concurrency's pool and back costs more.
+    func response(holding count: Int) async -> Response where Self: Sendable {
+        guard count > Self.largestOnLoop else { return Self.response(json()) }
         return Self.response(await withTaskExecutorPreference(globalConcurrentExecutor) { self.json() })
     }
 
