@@ -126,24 +126,8 @@ STORE_BENCH=$BIN/cartstore-bench
 # cores), the RSS baseline is a fresh process's, and nothing (allocator high-water marks,
 # a longer event log, half-closed sockets) carries over from one size to the next.
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# The pid whose parent is $1 (nginx's only worker), read from /proc so procps is not needed;
-# processes may exit while the list is read, so unreadable entries are skipped.
-child_of() {
-    local stat line fields
-    for stat in /proc/[0-9]*/stat; do
-        { read -r line <"$stat"; } 2>/dev/null || continue
-        read -ra fields <<<"${line##*) }"     # after the command name: state, ppid, …
-        if [ "${fields[1]}" = "$1" ]; then
-            line=${stat#/proc/}
-            echo "${line%/stat}"
-            return
-        fi
-    done
-}
+# free_port, child_of
+source benchmarks/lib.sh
 
 # Sets SERVER_PID (measured), STOP_PID (to stop), URL (where subscribers connect) and, for
 # NATS, PUBLISH_URL (where writers publish).

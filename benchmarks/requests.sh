@@ -12,6 +12,7 @@
 # Durability is as shipped (full).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benchmarks/lib.sh   # free_port, child_of
 
 export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
 SCRATCH=${SCRATCH:-.build-release}
@@ -86,7 +87,7 @@ if [ ! -x "$NGINX" ]; then
     echo "(nginx is missing: apt-get install nginx-light, or run benchmarks/compare.sh once)"
     exit 0
 fi
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 mkdir -p "$folder/nginx"
 cat >"$folder/nginx/nginx.conf" <<EOF
 worker_processes 1;
@@ -105,8 +106,7 @@ peers+=($!)
 master=$!
 measured=
 for _ in $(seq 100); do
-    # nginx's only worker: the process whose parent is the master.
-    measured=$(awk -v parent="$master" '$4 == parent { split(FILENAME, path, "/"); print path[3]; exit }' /proc/[0-9]*/stat 2>/dev/null || true)
+    measured=$(child_of "$master")
     [ -n "$measured" ] && curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
     sleep 0.1
 done
