@@ -108,8 +108,9 @@ struct SignedTokenStreamTests {
     }
 
     @Test func openStreamsEndWhenTheirTokenExpiresAndAreCountedSo() async throws {
-        let shortLived = try await Tokens.hs256("alice", carts: ["alice"], scope: "read", expiresIn: 2)
         try await withServer(Self.signedTokens) { port, server in
+            // Minted once the server is up: its 2 s are for the subscription, not the start.
+            let shortLived = try await Tokens.hs256("alice", carts: ["alice"], scope: "read", expiresIn: 2)
             let webSocket = TestSubscriber(port: port, path: "/subscribe?token=\(shortLived)")
             try await webSocket.subscribe()
             let stream = try await EventStreamClient(port: port, path: "/subscribe?token=\(shortLived)")
@@ -162,8 +163,9 @@ struct SignedTokenStreamTests {
     }
 
     @Test func anEventStreamResumesWithAFreshTokenAndLastEventIDWithNothingLost() async throws {
-        let shortLived = try await Tokens.hs256("alice", carts: ["alice"], scope: "read", expiresIn: 2)
         try await withServer(Self.signedTokens) { port, server in
+            // Minted once the server is up: its 2 s are for the subscription, not the start.
+            let shortLived = try await Tokens.hs256("alice", carts: ["alice"], scope: "read", expiresIn: 2)
             let stream = try await EventStreamClient(port: port, path: "/subscribe?token=\(shortLived)")
             await eventually("the snapshot") { !stream.snapshots.isEmpty }
             _ = try await server.store.addItem(cartID: "alice", sku: "apple", quantity: 1, unitPriceCents: 1)
