@@ -96,7 +96,7 @@ struct EndToEndTests {
         await eventually("5 events each") { sleeper.eventSeqs.count == 5 && steady.eventSeqs.count == 5 }
 
         sleeper.signal(SIGSTOP)
-        await eventually(timeout: .seconds(5), "the server to expire it") {
+        await eventually(timeout: .seconds(15), "the server to expire it") {
             let stats = try? await Self.stats(port: port)
             return (stats?["expiries"] as? Int ?? 0) >= 1
         }
