@@ -206,11 +206,13 @@ struct SignedTokenStreamTests {
         let lines = NIOLockedValueBox<[String]>([])
         var logger = Logger(label: "fanout-test") { _ in RecordingLogHandler(lines: lines) }
         logger.logLevel = .trace
-        let valid = try await Tokens.hs256("alice", carts: ["alice"], expiresIn: 2)
         let expired = try await Tokens.hs256("alice", carts: ["alice"], expiresIn: -60)
         let forged = try await Tokens.hs256("alice", carts: ["*"], secret: String(repeating: "f", count: 40))
-        let tokens = [valid, expired, forged, SignedTokenHTTPTests.operatorToken]
+        let tokens = NIOLockedValueBox([expired, forged, SignedTokenHTTPTests.operatorToken])
         try await withServer(Self.signedTokens, logger: logger) { port, server in
+            // Minted once the server is up: its 2 s are for the two subscriptions, not the start.
+            let valid = try await Tokens.hs256("alice", carts: ["alice"], expiresIn: 2)
+            tokens.withLockedValue { $0.append(valid) }
             let webSocket = TestSubscriber(port: port, path: "/subscribe?token=\(valid)")
             try await webSocket.subscribe()
             try await webSocket.send(.refresh(token: forged))
@@ -226,7 +228,7 @@ struct SignedTokenStreamTests {
         }
         let logged = lines.withLockedValue { $0 }
         #expect(!logged.isEmpty, "the server logged at trace")
-        for token in tokens {
+        for token in tokens.withLockedValue({ $0 }) {
             // Any part of one: a signed token's signature is its last part.
             let secretPart = String(token.split(separator: ".").last ?? "")
             #expect(!logged.contains { $0.contains(secretPart) }, "a log line carries a token")
