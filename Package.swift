@@ -74,6 +74,8 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 // NIOLockedValueBox, the package's one lock (see docs/ARCHITECTURE.md).
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                // The SQLite engine's recent events (`RecentEvents`).
+                .product(name: "DequeModule", package: "swift-collections"),
             ],
             plugins: ["EmbedMigrations"]
         ),

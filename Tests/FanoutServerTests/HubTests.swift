@@ -210,6 +210,9 @@ struct HubTests {
         // The ring keeps one event: a subscriber after 0 must read the log.
         let harness = try HubHarness(.init(ringCapacity: 1), store: try CartStore(path: path))
         for sku in ["a", "b", "c"] { try await harness.add(sku: sku) }
+        // A prune (of nothing) makes the store forget the recent events it keeps in memory,
+        // which would answer without reading the log.
+        try await harness.store.pruneEvents(keepingLast: 3)
         // The log becomes unreadable under the server (as a damaged file would be).
         try await DatabaseQueue(path: path).write { try $0.execute(sql: "DROP TABLE cart_events") }
         let (subscriber, transport) = try await harness.connect()

@@ -2,20 +2,27 @@ import Foundation
 import GRDB
 
 extension SQLiteBackend {
+    /// The log's tail from memory when the writer still holds it (`RecentEvents`), else a read.
     func events(after seq: Int64, limit: Int, carts: Set<String>?) async throws -> EventLogRead {
-        try await read(small: limit <= Self.smallReadEvents) { db in try Self.readEvents(after: seq, limit: limit, carts: carts, db) }
+        if let page = recent.page(after: seq, limit: limit, carts: carts) { return page }
+        return try await read(small: limit <= Self.smallReadEvents) { db in try Self.readEvents(after: seq, limit: limit, carts: carts, db)
+        }
     }
 
     func latestSeq() async throws -> Int64 {
-        try await writer.read { db in try Self.latestSeq(db) }
+        if let newest = recent.newestSeq { return newest }
+        return try await writer.read { db in try Self.latestSeq(db) }
     }
 
     func oldestRetainedSeq() async throws -> Int64 {
         try await writer.read { db in try Self.oldestRetainedSeq(db) }
     }
 
+    // A prune forgets the recent events (on the writer, so no commit comes between): the log
+    // may no longer hold some of them.
     func pruneEvents(keepingLast count: Int) async throws -> Int {
         try await writer.write { db in
+            recent.forgetAll()
             let cutoff = try Self.latestSeq(db) - Int64(count)
             return try CartEventRow.filter(CartEventRow.Columns.seq <= cutoff).deleteAll(db)
         }
@@ -23,7 +30,8 @@ extension SQLiteBackend {
 
     func pruneEvents(committedBefore date: Date) async throws -> Int {
         try await writer.write { db in
-            try CartEventRow.filter(CartEventRow.Columns.committedAt < date.millisecondsSince1970).deleteAll(db)
+            recent.forgetAll()
+            return try CartEventRow.filter(CartEventRow.Columns.committedAt < date.millisecondsSince1970).deleteAll(db)
         }
     }
 

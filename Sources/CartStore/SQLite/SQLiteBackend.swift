@@ -25,6 +25,8 @@ final class SQLiteBackend: CartStoreBackend {
     /// Connections for small reads on the caller's thread; a pool's file only (a queue's
     /// reads wait for its writer).
     let smallReaders: SmallReaders?
+    /// The newest committed events, appended by the writer: the log's tail without a read.
+    let recent = RecentEvents()
 
     /// Opens (creating if needed) the database at `path` in WAL mode, migrates it, and checks
     /// that it can be written (see `CartStore.init(path:durability:)` for the errors).
@@ -100,7 +102,7 @@ final class SQLiteBackend: CartStoreBackend {
 
     func close() throws {
         smallReaders?.close()
-        try? writer.writeWithoutTransaction { db in Self.shrinkLog(db) }
+        writer.writeWithoutTransaction { db in Self.shrinkLog(db) }
         if let pool = writer as? DatabasePool {
             try pool.close()
         } else if let queue = writer as? DatabaseQueue {
@@ -159,7 +161,10 @@ final class SQLiteBackend: CartStoreBackend {
                 for mutation in batch { mutation.caller.resume(throwing: error) }
                 continue
             }
-            for case .success(let commit) in outcomes { sink?.deliver(commit.event) }
+            for case .success(let commit) in outcomes {
+                recent.append(commit.event)
+                sink?.deliver(commit.event)
+            }
             for (mutation, outcome) in zip(batch, outcomes) {
                 if case .failure(let error) = outcome { noteLackOfRoom(error, db) }
                 mutation.caller.resume(with: outcome)
