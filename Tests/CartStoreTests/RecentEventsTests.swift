@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 import Testing
 
 @testable import CartStore
@@ -105,6 +106,81 @@ struct RecentEventsTests {
         _ = try await store.addItem(cartID: "b", sku: "tea", quantity: 1, unitPriceCents: 10)
         #expect(try await store.events(after: 3, limit: 100, carts: ["b"]).eventSeqs == before.eventSeqs + [13])
         #expect(try await store.events(after: 12).eventSeqs == [13])
+    }
+}
+
+extension RecentEventsTests {
+    @Test func aRunWithAGapStartsAgainAndNothingIsAnsweredWhileACommitIsInFlight() {
+        let recent = RecentEvents(capacity: 4)
+        func events(_ seqs: ClosedRange<Int64>) -> [CartEvent] {
+            seqs.map { CartEvent(seq: $0, cartID: "a", change: .cartCleared, version: $0, committedAt: Date(millisecondsSince1970: 0)) }
+        }
+        recent.didCommit(events(1...3))
+        #expect(recent.page(after: 0, limit: 10, carts: nil)?.eventSeqs == [1, 2, 3])
+        recent.willCommit()
+        #expect(recent.page(after: 0, limit: 10, carts: nil) == nil, "the file may already show the batch")
+        #expect(recent.newestSeq == nil)
+        recent.commitFailed()
+        #expect(recent.newestSeq == 3)
+        // 4 and 5 never reached it: a page after 2 would skip them.
+        recent.didCommit(events(6...6))
+        #expect(recent.page(after: 2, limit: 10, carts: nil) == nil)
+        #expect(recent.page(after: 5, limit: 10, carts: nil)?.eventSeqs == [6])
+        // Four at most: 6 is forgotten.
+        recent.didCommit(events(7...10))
+        #expect(recent.page(after: 5, limit: 10, carts: nil) == nil)
+        #expect(recent.page(after: 6, limit: 2, carts: nil) == .events(events(7...8), latestSeq: 10))
+        #expect(recent.page(after: 10, limit: 10, carts: nil) == .events([], latestSeq: 10))
+        #expect(recent.page(after: 11, limit: 10, carts: nil) == nil, "ahead: the log says so")
+    }
+
+    /// Readers of a file see a batch from the end of its COMMIT; what the store answers from
+    /// memory must never be behind that.
+    @Test func readsWhileCommitsLandAreNeverBehindTheFile() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let store = try CartStore(path: directory.path("store.sqlite"), durability: .normal)
+        defer { try? store.close() }
+        _ = try await store.addItem(cartID: "c1", sku: "tea", quantity: 1, unitPriceCents: 10)
+        let finished = NIOLockedValueBox(false)
+        let writing = Task {
+            defer { finished.withLockedValue { $0 = true } }
+            try await Self.commit(600, to: store)
+        }
+        var reads = 0
+        var behind: [String] = []
+        // Reads of a file and from memory do not suspend: each round yields, or the loop could
+        // keep a thread of Swift concurrency's pool from the writers (and from other tests).
+        let deadline = ContinuousClock.now + .seconds(60)
+        repeat {
+            await Task.yield()
+            let seen = try await store.snapshot(of: ["c1"]).seq
+            let latest = try await store.latestSeq()
+            if latest < seen { behind.append("latestSeq \(latest) after a snapshot at \(seen)") }
+            let since = max(0, seen - 2)
+            if case .events(let page, let pageLatest) = try await store.events(after: since, limit: 100) {
+                if pageLatest < seen { behind.append("a page's latestSeq \(pageLatest) after a snapshot at \(seen)") }
+                if page.map(\.seq) != Array(stride(from: since + 1, through: pageLatest, by: 1).prefix(100)) {
+                    behind.append("a page after \(since) with a gap: \(page.map(\.seq)), latestSeq \(pageLatest)")
+                }
+            }
+            reads += 1
+        } while !finished.withLockedValue({ $0 }) && ContinuousClock.now < deadline
+        #expect(finished.withLockedValue { $0 }, "the writers finished within 60 s")
+        try await writing.value
+        #expect(behind.isEmpty, "\(behind.count) of \(reads) reads: \(behind.prefix(5))")
+        #expect(reads > 20, "reads ran while the commits landed")
+    }
+
+    @Test func aClosedStoreAnswersNothingFromMemory() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let store = try CartStore(path: directory.path("store.sqlite"))
+        _ = try await store.addItem(cartID: "a", sku: "tea", quantity: 1, unitPriceCents: 10)
+        #expect(try Self.recent(store).newestSeq == 1)
+        try store.close()
+        await #expect(throws: (any Error).self) { try await store.events(after: 0) }
+        await #expect(throws: (any Error).self) { try await store.latestSeq() }
     }
 }
 

@@ -7,8 +7,11 @@ extension GroupCommit where Work == SQLiteWork {
     /// Commits the bodies in one transaction, each in a savepoint. Returns each one's outcome,
     /// in order; throws when the transaction itself failed, and then nothing of the batch was
     /// written. Its statements are prepared once per connection, like the savepoints' (GRDB's
-    /// `inTransaction` parses BEGIN and COMMIT on every call).
-    func commit(_ bodies: [@Sendable (Database) throws -> CartCommit], _ db: Database) throws -> [Result<CartCommit, any Error>] {
+    /// `inTransaction` parses BEGIN and COMMIT on every call). `willCommit` runs just before the
+    /// COMMIT, whose end makes the batch visible to readers.
+    func commit(
+        _ bodies: [@Sendable (Database) throws -> CartCommit], _ db: Database, willCommit: () -> Void = {}
+    ) throws -> [Result<CartCommit, any Error>] {
         transactions.add(1, ordering: .relaxed)
         var outcomes: [Result<CartCommit, any Error>] = []
         outcomes.reserveCapacity(bodies.count)
@@ -24,6 +27,7 @@ extension GroupCommit where Work == SQLiteWork {
                     outcomes.append(.failure(error))
                 }
             }
+            willCommit()
             try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
         } catch {
             if db.isInsideTransaction { try? db.rollback() }

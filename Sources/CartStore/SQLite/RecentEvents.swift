@@ -6,49 +6,82 @@ import NIOConcurrencyHelpers
 /// memory: no read transaction, and no decoding of the stored changes, which were most of
 /// such a read's cost.
 ///
-/// Only the writer changes it, and only one writer commits to a file (`DatabaseFileLock`):
-/// after a batch commits, and before its callers are answered, the writer appends the batch's
-/// events, so a caller that has its seq finds its event here. It holds a run of seqs without a
-/// gap ending at the newest committed, at most `capacity` of them; when full, appending forgets
-/// the oldest, so the writer never waits for room. A prune forgets them all (the log may then
-/// lack some of them). It knows nothing committed before this process opened the file, or
-/// before the last prune: a `since` older than what it holds is read from the log.
+/// Only the writer changes it, and only one writer commits to a file (`DatabaseFileLock`;
+/// changing the log by other means while a store has it open is not supported). It holds a
+/// run of seqs without a gap ending at the newest committed, at most `capacity` of them; when
+/// full, appending forgets the oldest, so the writer never waits for room. It knows nothing
+/// committed before this process opened the file, or before the last prune (which forgets
+/// everything, as the log may then lack some of it): a `since` older than what it holds is
+/// read from the log.
+///
+/// It never answers behind the file: readers see a batch in the file from the moment its
+/// COMMIT ends, and the writer appends the batch's events only after that. So the writer says
+/// `willCommit()` before the COMMIT, and until the batch's events are appended (or the COMMIT
+/// failed) every question here answers nil and the log is read. An answer from here is the log
+/// as it stood before any commit still in flight: what a read of the file would have said at
+/// that moment. A caller whose commit has returned finds its event: the append comes before
+/// callers are answered.
 final class RecentEvents: Sendable {
     /// At most this many events are kept (about 300 bytes each).
     let capacity: Int
-    private let events: NIOLockedValueBox<Deque<CartEvent>>
+    private struct State {
+        var events: Deque<CartEvent>
+        /// Between `willCommit()` and `didCommit(_:)` / `commitFailed()`.
+        var committing = false
+    }
+    private let state: NIOLockedValueBox<State>
 
     init(capacity: Int = 1_024) {
         self.capacity = max(1, capacity)
-        events = NIOLockedValueBox(Deque(minimumCapacity: min(self.capacity, 1_024)))
+        state = NIOLockedValueBox(State(events: Deque(minimumCapacity: min(self.capacity, 1_024))))
     }
 
-    /// Appends the next committed event; forgets the oldest when full. An event that does not
-    /// follow the newest held starts the run again at it, so that no page skips a seq.
-    func append(_ event: CartEvent) {
-        events.withLockedValue { events in
-            if let newest = events.last, newest.seq + 1 != event.seq { events.removeAll(keepingCapacity: true) }
-            if events.count == capacity { events.removeFirst() }
-            events.append(event)
+    /// The writer is about to commit a batch: answer nothing until it says how that went.
+    func willCommit() {
+        state.withLockedValue { $0.committing = true }
+    }
+
+    /// The batch committed these events, in seq order: append them (forgetting the oldest when
+    /// full), and answer again. An event that does not follow the newest held starts the run
+    /// again at it, so that no page skips a seq.
+    func didCommit(_ committed: [CartEvent]) {
+        state.withLockedValue { state in
+            for event in committed {
+                if let newest = state.events.last, newest.seq + 1 != event.seq { state.events.removeAll(keepingCapacity: true) }
+                if state.events.count == capacity { state.events.removeFirst() }
+                state.events.append(event)
+            }
+            state.committing = false
         }
     }
 
-    /// Forgets every event: the log changed other than by a commit (a prune).
-    func forgetAll() {
-        events.withLockedValue { $0.removeAll(keepingCapacity: true) }
+    /// The batch's COMMIT failed: nothing changed in the file.
+    func commitFailed() {
+        state.withLockedValue { $0.committing = false }
     }
 
-    /// The newest seq committed, when any was committed since the file was opened or pruned.
+    /// Forgets every event: the log changed other than by a commit (a prune), or is closed.
+    func forgetAll() {
+        state.withLockedValue { $0.events.removeAll(keepingCapacity: true) }
+    }
+
+    /// The newest seq committed, when any was committed since the file was opened or pruned
+    /// and no commit is in flight.
     var newestSeq: Int64? {
-        events.withLockedValue { $0.last?.seq }
+        state.withLockedValue { $0.committing ? nil : $0.events.last?.seq }
     }
 
     /// The events after `seq` (of `carts` only, when given), at most `limit`, as the log would
-    /// answer; nil when some event after `seq` is not held (then only the log can answer), or
-    /// `seq` is past the newest held (the log says whether it is ahead of the log).
+    /// answer; nil when some event after `seq` is not held (then only the log can answer), when
+    /// `seq` is past the newest held (the log says whether it is ahead of the log), or while a
+    /// commit is in flight. The writer waits for the copy: at most `capacity` events are looked
+    /// at, microseconds.
     func page(after seq: Int64, limit: Int, carts: Set<String>?) -> EventLogRead? {
-        events.withLockedValue { events in
-            guard let oldest = events.first?.seq, let newest = events.last?.seq, seq >= oldest - 1, seq <= newest else {
+        state.withLockedValue { state in
+            let events = state.events
+            guard !state.committing, let oldest = events.first?.seq, let newest = events.last?.seq, seq >= oldest - 1,
+                seq <= newest
+            else {
                 return nil
             }
             var page: [CartEvent] = []

@@ -25,7 +25,8 @@ final class SQLiteBackend: CartStoreBackend {
     /// Connections for small reads on the caller's thread; a pool's file only (a queue's
     /// reads wait for its writer).
     let smallReaders: SmallReaders?
-    /// The newest committed events, appended by the writer: the log's tail without a read.
+    /// The newest committed events, appended by the writer after each commit: the log's tail
+    /// without a read.
     let recent = RecentEvents()
 
     /// Opens (creating if needed) the database at `path` in WAL mode, migrates it, and checks
@@ -101,6 +102,8 @@ final class SQLiteBackend: CartStoreBackend {
     }
 
     func close() throws {
+        // Later reads fail, as the file's do, rather than answer from memory.
+        recent.forgetAll()
         smallReaders?.close()
         writer.writeWithoutTransaction { db in Self.shrinkLog(db) }
         if let pool = writer as? DatabasePool {
@@ -154,17 +157,19 @@ final class SQLiteBackend: CartStoreBackend {
             guard let batch = commits.nextBatch() else { return }
             let outcomes: [Result<CartCommit, any Error>]
             do {
-                outcomes = try commits.commit(batch.map(\.work), db).map { $0.mapError(CartStoreError.storage) }
+                outcomes = try commits.commit(batch.map(\.work), db, willCommit: recent.willCommit).map {
+                    $0.mapError(CartStoreError.storage)
+                }
             } catch {
+                recent.commitFailed()
                 let error = CartStoreError.storage(error)
                 noteLackOfRoom(error, db)
                 for mutation in batch { mutation.caller.resume(throwing: error) }
                 continue
             }
-            for case .success(let commit) in outcomes {
-                recent.append(commit.event)
-                sink?.deliver(commit.event)
-            }
+            let events = outcomes.compactMap { try? $0.get().event }
+            recent.didCommit(events)
+            for event in events { sink?.deliver(event) }
             for (mutation, outcome) in zip(batch, outcomes) {
                 if case .failure(let error) = outcome { noteLackOfRoom(error, db) }
                 mutation.caller.resume(with: outcome)
