@@ -151,6 +151,7 @@ extension RecentEventsTests {
         var behind: [String] = []
         // Reads of a file and from memory do not suspend: each round yields, or the loop could
         // keep a thread of Swift concurrency's pool from the writers (and from other tests).
+        // The deadline only stops the reading on a machine too busy to finish the writes soon.
         let deadline = ContinuousClock.now + .seconds(60)
         repeat {
             await Task.yield()
@@ -166,7 +167,6 @@ extension RecentEventsTests {
             }
             reads += 1
         } while !finished.withLockedValue({ $0 }) && ContinuousClock.now < deadline
-        #expect(finished.withLockedValue { $0 }, "the writers finished within 60 s")
         try await writing.value
         #expect(behind.isEmpty, "\(behind.count) of \(reads) reads: \(behind.prefix(5))")
         #expect(reads > 20, "reads ran while the commits landed")
