@@ -44,8 +44,9 @@ extension CartStore {
     /// The events after `seq` (0: from the start), optionally only those of some carts.
     ///
     /// On SQLite, a page after a `since` among the newest 1 024 events committed since the
-    /// store opened (or last pruned) is answered from memory, without a read; otherwise a page
-    /// of at most 64 events is read on the calling thread of a file, like a small snapshot.
+    /// store opened (or last pruned) is answered from memory, without a read, unless a commit
+    /// is landing at that moment; otherwise a page of at most 64 events is read on the calling
+    /// thread of a file, like a small snapshot.
     ///
     /// - Throws: `invalidSince` for a negative seq, `sinceAhead` for a seq newer than the log
     ///   (the caller followed another database), `invalidLimit` outside 1…`maxEventPage`.

@@ -132,6 +132,7 @@ extension RecentEventsTests {
         #expect(recent.page(after: 6, limit: 2, carts: nil) == .events(events(7...8), latestSeq: 10))
         #expect(recent.page(after: 10, limit: 10, carts: nil) == .events([], latestSeq: 10))
         #expect(recent.page(after: 11, limit: 10, carts: nil) == nil, "ahead: the log says so")
+        #expect(recent.page(after: .max, limit: 10, carts: nil) == nil, "a caller's number, however large")
     }
 
     /// Readers of a file see a batch from the end of its COMMIT; what the store answers from

@@ -78,18 +78,17 @@ final class RecentEvents: Sendable {
     /// at, microseconds.
     func page(after seq: Int64, limit: Int, carts: Set<String>?) -> EventLogRead? {
         state.withLockedValue { state in
-            let events = state.events
-            guard !state.committing, let oldest = events.first?.seq, let newest = events.last?.seq, seq >= oldest - 1,
-                seq <= newest
+            // `oldest - 1`, not `seq + 1`: `seq` is the caller's number, and may be Int64.max.
+            guard !state.committing, let oldest = state.events.first?.seq, let newest = state.events.last?.seq,
+                seq >= oldest - 1, seq <= newest
             else {
                 return nil
             }
             var page: [CartEvent] = []
-            var index = Int(seq - oldest + 1)
-            while index < events.count, page.count < limit {
-                let event = events[index]
+            // The run has no gap: the event after `seq` is at its distance from the oldest.
+            for event in state.events[Int(seq - oldest + 1)...] {
+                guard page.count < limit else { break }
                 if carts?.contains(event.cartID) ?? true { page.append(event) }
-                index += 1
             }
             return .events(page, latestSeq: newest)
         }
