@@ -9,10 +9,11 @@ public enum CartLimits {
     /// Keeps a cart's total far inside `Int64` (1 000 × 10 000 × 10⁹ = 10¹⁶).
     public static let maxItemsPerCart = 1_000
 
-    /// Cart ids and skus: 1–64 characters of `A-Za-z0-9._-`.
+    /// Cart ids and skus: 1–64 characters of `A-Za-z0-9._-`, other than `.` and `..` (which a
+    /// URL's path cannot carry as a segment).
     public static func isValidIdentifier(_ value: String) -> Bool {
         let bytes = value.utf8
-        guard (1...maxIdentifierLength).contains(bytes.count) else { return false }
+        guard (1...maxIdentifierLength).contains(bytes.count), value != ".", value != ".." else { return false }
         return bytes.allSatisfy { byte in
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),

@@ -67,18 +67,24 @@ func buildApplication(
     router.middlewares.add(CrossOriginMiddleware(allowedOrigins: configuration.allowedOrigins))
     router.middlewares.add(ErrorMiddleware())
     router.middlewares.add(HostMiddleware(policy: hosts))
-    router.middlewares.add(AccessMiddleware(policy: access))
-    CartController(store: store, hub: hub).addRoutes(to: router.group("carts"))
-    EventsController(store: store, hub: hub).addRoutes(to: router)
-    MetricsController(metrics: metrics, hub: hub).addRoutes(to: router)
-    OpenAPIController().addRoutes(to: router)
-    PageController().addRoutes(to: router)
+    // Before any route's own middleware: a path spelled any other way than the one way is
+    // refused whatever the credential, so what a path reaches never depends on its spelling.
+    router.middlewares.add(CanonicalPathMiddleware())
+    router.middlewares.add(OriginMiddleware(policy: access))
+    // Access is declared with each route: the group it is added to asks for its credential.
+    let groups = AccessGroups(router: router, policy: access)
+    CartController(store: store, hub: hub).addRoutes(to: groups.users.group("carts"))
+    EventsController(store: store, hub: hub).addRoutes(to: groups.users)
+    StatusController(store: store, hub: hub).addRoutes(open: groups.open, operators: groups.operators)
+    MetricsController(metrics: metrics, hub: hub).addRoutes(to: groups.operators)
+    OpenAPIController().addRoutes(to: groups.open)
+    PageController().addRoutes(to: groups.open)
     // `/subscribe`: a connection whose first request is a WebSocket upgrade or asks for an event
     // stream is taken over before the router (`FanoutChannel`), to be driven by its event loop
     // with no task per subscriber; a later request on a kept-alive connection asking for either
     // is redirected to a new connection (`FanoutChannel.redirectingUpgrades`). What reaches this
     // route asked for neither: 406.
-    router.get(RouterPath(SubscribeEndpoint.path)) { _, _ -> Response in throw SubscribeEndpoint.notAcceptable }
+    groups.users.get(RouterPath(SubscribeEndpoint.path)) { _, _ -> Response in throw SubscribeEndpoint.notAcceptable }
     // Last, so it wraps only the not-found answer: 405 and `Allow` for a known path.
     router.add(
         middleware: MethodNotAllowedMiddleware(

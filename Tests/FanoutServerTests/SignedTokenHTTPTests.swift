@@ -158,6 +158,24 @@ struct SignedTokenHTTPTests {
         }
     }
 
+    /// A long-poll ends at its token's `exp` with 401, as a stream does: an event committed
+    /// after it never reaches the request (it once answered 200 with it, 3.8 s after `exp`).
+    @Test func aLongPollEndsAtItsTokensExpiry() async throws {
+        let app = try await Self.app()
+        try await app.application.test(.router) { client in
+            let alice = try await Tokens.hs256("alice", carts: ["alice"], expiresIn: 3)
+            async let answer = client.execute(uri: "/events?since=0&wait=30", method: .get, headers: Self.bearer(alice))
+            await eventually("the long-poll to wait") { app.hub.longPolls.count == 1 }
+            await eventually(timeout: .seconds(20), "the long-poll to end at the token's exp") { app.hub.longPolls.count == 0 }
+            _ = try await app.store.addItem(cartID: "alice", sku: "apple", quantity: 1, unitPriceCents: 5)
+            let response = try await answer
+            #expect(response.status == .unauthorized)
+            #expect(HTTPAPITests.errorCode(response.body) == "invalid_token")
+            #expect(response.headers[.wwwAuthenticate] == #"Bearer error="invalid_token""#)
+            #expect(Self.eventCarts(response.body).isEmpty)
+        }
+    }
+
     /// Every kind of bad token the issue names, against a server with an HS256 secret, an RSA
     /// public key and an audience: 401 `invalid_token` with the challenge, a message that says
     /// why, and never the token itself.

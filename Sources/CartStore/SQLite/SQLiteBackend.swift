@@ -49,10 +49,20 @@ final class SQLiteBackend: CartStoreBackend {
             case .full: try db.execute(sql: "PRAGMA synchronous = FULL")
             case .normal: try db.execute(sql: "PRAGMA synchronous = NORMAL")
             }
+            // The write-ahead log stays small: copied into the database once it holds
+            // `logPages` pages, and its file cut back to that size after, so that the room a
+            // checkpoint needs (the database growing by the log's new pages) stays small too,
+            // and a full disk gives its room back once about that much is free.
+            try db.execute(sql: "PRAGMA wal_autocheckpoint = \(Self.logPages)")
+            try db.execute(sql: "PRAGMA journal_size_limit = \(Self.logPages * 4_096)")
         }
         try self.init(writer: pool, fileLock: fileLock)
         try writer.writeWithoutTransaction { db in try Self.probeWrite(db) }
     }
+
+    /// The pages the write-ahead log holds before it is copied into the database (SQLite's
+    /// default is 1 000): 1 MiB of 4 KiB pages.
+    static let logPages = 256
 
     /// - Parameter commitLimit: how many mutations may wait for the writer (see `GroupCommit`).
     init(writer: any DatabaseWriter, commitLimit: Int = 4_096, fileLock: DatabaseFileLock? = nil) throws {
@@ -67,24 +77,35 @@ final class SQLiteBackend: CartStoreBackend {
         }
     }
 
+    /// Whether a write would go through now: a probe that commits as much as a mutation writes
+    /// (`probeWrite(committed:)`), so that a disk with room for a rolled-back probe but not for
+    /// a change is reported full. A refused write (`lacksRoom`) first gives the log's room back.
     func checkWritable() async throws {
         try await writer.writeWithoutTransaction { db in
-            guard lacksRoom.load(ordering: .relaxed) else { return try Self.probeWrite(db) }
-            // Only a write that commits tells whether there is room again.
-            Self.shrinkLog(db)
-            try Self.probeWrite(db, committed: true)
+            if lacksRoom.load(ordering: .relaxed) { Self.shrinkLog(db) }
+            do {
+                try Self.probeWrite(db, committed: true)
+            } catch {
+                noteLackOfRoom(error, db)
+                throw error
+            }
             lacksRoom.store(false, ordering: .relaxed)
         }
     }
 
-    /// A write of nothing that lasts: a table created (and, when `committed`, dropped in the
-    /// same transaction), rolled back at once unless `committed`. Only a committed one takes
-    /// room in the write-ahead log, as a mutation does.
+    /// What a committed probe writes: as many bytes as a mutation's rows and indexes take in
+    /// the write-ahead log (about 8 pages), so that it fits where a mutation fits.
+    static let probeBytes = 32 * 1024
+
+    /// A write that lasts, or not: a table created and filled with `probeBytes` (and, when
+    /// `committed`, dropped in the same transaction), rolled back at once unless `committed`.
+    /// Only a committed one takes room in the write-ahead log, as a mutation does.
     private static func probeWrite(_ db: Database, committed: Bool = false) throws {
         do {
             try db.inTransaction(.immediate) {
                 try db.execute(sql: "CREATE TABLE fanout_write_probe (x)")
                 guard committed else { return .rollback }
+                try db.execute(sql: "INSERT INTO fanout_write_probe VALUES (zeroblob(?))", arguments: [probeBytes])
                 try db.execute(sql: "DROP TABLE fanout_write_probe")
                 return .commit
             }

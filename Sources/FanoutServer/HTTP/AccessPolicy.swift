@@ -55,9 +55,7 @@ struct AccessPolicy: Sendable {
     /// event loop, for a subscription): the origin, whether there is a credential, and whether
     /// it is the operator's.
     func credential(for request: Request, needs need: Need) throws -> Credential {
-        for origin in request.headers[values: .origin] where !isAllowed(origin: origin) && !Self.isSameOrigin(origin, as: request) {
-            throw APIError(.originNotAllowed, "origin \(origin.prefix(100)) is not allowed (see --allow-origin)")
-        }
+        try checkOrigin(of: request)
         guard need != .nothing else { return .granted(.nothing) }
         guard asksForCredentials else { return .granted(.operator) }
         let queryTokenAllowed = request.method == .get || request.method == .head
@@ -84,6 +82,14 @@ struct AccessPolicy: Sendable {
             return grant
         } catch let error as FanoutError {
             throw APIError(error)
+        }
+    }
+
+    /// Throws 403 `origin_not_allowed` for a browser origin that is neither on the allow-list nor
+    /// the server's own.
+    func checkOrigin(of request: Request) throws {
+        for origin in request.headers[values: .origin] where !isAllowed(origin: origin) && !Self.isSameOrigin(origin, as: request) {
+            throw APIError(.originNotAllowed, "origin \(origin.prefix(100)) is not allowed (see --allow-origin)")
         }
     }
 
@@ -121,25 +127,51 @@ struct AccessPolicy: Sendable {
     }
 }
 
-/// Applies the access policy to every HTTP request and hands the handlers its `Grant`:
-/// origins always; a credential everywhere but `/healthz`, `/openapi.json` and the page at `/`,
-/// which say nothing of the carts (reads expose the same carts as `/events` and `/subscribe`,
-/// so they need it too; the page reads them with the token given in its URL); the operator's
-/// token for `/stats` and `/metrics`.
-struct AccessMiddleware: RouterMiddleware {
+/// Refuses a browser origin that is not allowed, on every request: routed, not found, or of a
+/// method no route takes (a preflight from another origin is 403, not 405).
+struct OriginMiddleware: RouterMiddleware {
     typealias Context = FanoutRequestContext
-
-    static let openPaths: Set<String> = ["/", PageController.scriptPath, "/healthz", "/openapi.json"]
-    static let operatorPaths: Set<String> = ["/stats", "/metrics"]
 
     let policy: AccessPolicy
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let path = request.uri.path
-        let need: AccessPolicy.Need =
-            Self.openPaths.contains(path) ? .nothing : Self.operatorPaths.contains(path) ? .operatorToken : .credential
+        try policy.checkOrigin(of: request)
+        return try await next(request, context)
+    }
+}
+
+/// Applies the access policy to the requests of the routes it is added to, and hands their
+/// handlers its `Grant`: the need is declared with the route (`AccessGroups`), so however a
+/// path is spelled, the route the router finds brings its own need with it.
+struct AccessMiddleware: RouterMiddleware {
+    typealias Context = FanoutRequestContext
+
+    let policy: AccessPolicy
+    let need: AccessPolicy.Need
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
         context.grant = try await policy.grant(for: request, needs: need)
         return try await next(request, context)
+    }
+}
+
+/// The router's routes by what they ask of a credential, each group with its `AccessMiddleware`:
+/// a route is added to the group of its need, and has no other way in.
+///
+/// - `open`: the page at `/` and its script, `/healthz`, `/openapi.json` (they say nothing of
+///   the carts; origins are still checked).
+/// - `users`: every cart route, `/events` and `/subscribe` (any credential; what it may do with
+///   which cart is its `Grant`'s).
+/// - `operators`: `/stats` and `/metrics` (the operator's `--token` only).
+struct AccessGroups {
+    let open: RouterGroup<FanoutRequestContext>
+    let users: RouterGroup<FanoutRequestContext>
+    let operators: RouterGroup<FanoutRequestContext>
+
+    init(router: Router<FanoutRequestContext>, policy: AccessPolicy) {
+        open = router.group().add(middleware: AccessMiddleware(policy: policy, need: .nothing))
+        users = router.group().add(middleware: AccessMiddleware(policy: policy, need: .credential))
+        operators = router.group().add(middleware: AccessMiddleware(policy: policy, need: .operatorToken))
     }
 }

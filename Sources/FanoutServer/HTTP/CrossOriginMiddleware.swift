@@ -4,7 +4,7 @@ import Hummingbird
 /// the answers and send JSON: `Access-Control-Allow-Origin` on every answer (errors included),
 /// and preflight `OPTIONS` answered with the methods and headers the API takes.
 ///
-/// Requests from other origins pass through untouched, to be refused by `AccessMiddleware`
+/// Requests from other origins pass through untouched, to be refused by `OriginMiddleware`
 /// (403), preflights included. It sits outside `ErrorMiddleware`, so the errors it sees are
 /// already the API's.
 struct CrossOriginMiddleware<Context: RequestContext>: RouterMiddleware {

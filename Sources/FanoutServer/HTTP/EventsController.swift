@@ -1,19 +1,13 @@
 import CartStore
 import Hummingbird
 
-/// The event log over plain HTTP (catch-up and polling clients), health and figures.
+/// The event log over plain HTTP: catch-up and polling clients.
 struct EventsController: Sendable {
     let store: CartStore
     let hub: FanoutHub
 
-    func addRoutes(to router: Router<FanoutRequestContext>) {
-        router.get("events", use: events)
-        let health = StoreHealth(store: store)
-        router.get("healthz") { _, _ in
-            try await health.check()
-            return HealthResponse()
-        }
-        router.get("stats") { _, _ in await hub.statsWithLag() }
+    func addRoutes(to group: RouterGroup<FanoutRequestContext>) {
+        group.get("events", use: events)
     }
 
     /// The longest a long-poll may wait, in seconds.
@@ -23,7 +17,8 @@ struct EventsController: Sendable {
     /// pruned the answer is 410 `history_too_old`, with the retained range: take `GET /carts`
     /// instead. With `wait=S` (a long-poll, S ≤ 60 seconds) and nothing after `since` yet, the
     /// request waits until an event of those carts commits or S passes (then `events` is empty).
-    /// Without `carts`, the carts the credential may see.
+    /// Without `carts`, the carts the credential may see. A signed token's `exp` ends the wait:
+    /// 401 `invalid_token`.
     @Sendable func events(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let query = request.uri.queryParameters
         let since = try Self.integer(query.get("since"), name: "since") ?? 0
@@ -34,14 +29,23 @@ struct EventsController: Sendable {
         guard (0...Self.maxWait).contains(wait) else {
             throw APIError(.invalidWait, "wait must be 0–\(Self.maxWait) seconds (got \(wait))")
         }
-        let deadline = ContinuousClock.now + .seconds(wait)
+        // A signed token's `exp` ends the wait as it ends a stream: nothing committed after it
+        // is answered to this request.
+        let expiry = context.grant.expiresAt.map { ContinuousClock.now.advanced(by: .seconds($0.timeIntervalSinceNow)) }
+        let waitEnd = ContinuousClock.now + .seconds(wait)
+        let deadline = expiry.map { min($0, waitEnd) } ?? waitEnd
+        var waited = false
         while true {
+            if waited, let expiry, ContinuousClock.now >= expiry { throw Self.tokenExpiredWhileWaiting }
             switch try await store.events(after: since, limit: limit, carts: carts) {
             case .events(let events, let latest):
                 if events.isEmpty, wait > 0, ContinuousClock.now < deadline {
                     switch await hub.longPolls.park(after: latest, until: deadline) {
-                    case .committed: continue
-                    case .timedOut: break
+                    case .committed:
+                        waited = true
+                        continue
+                    case .timedOut:
+                        if let expiry, expiry <= deadline { throw Self.tokenExpiredWhileWaiting }
                     case .full:
                         throw APIError(.serverFull, "\(hub.longPolls.limit) long-polls are already waiting; retry, or subscribe")
                     }
@@ -57,38 +61,16 @@ struct EventsController: Sendable {
         }
     }
 
+    /// A long-poll's answer when its signed token expired while it waited: nothing newer was
+    /// read for it, and the same `since` with a fresh token loses nothing.
+    static let tokenExpiredWhileWaiting = APIError(
+        .invalidToken, "the token expired while the request waited; ask again, with the same since and a fresh token")
+
     static func integer(_ text: String?, name: String) throws -> Int64? {
         guard let text else { return nil }
         guard let value = Int64(text) else {
             throw APIError.malformed("\(name) must be a whole number (got \(text.prefix(40)))")
         }
         return value
-    }
-}
-
-extension FanoutHub.Stats: ResponseEncodable {}
-
-/// Whether the store can write, for `/healthz`: a write rolled back at once, at most once a
-/// second whatever the number of probes (each takes the writer for a moment), its answer reused
-/// in between. A store that cannot write throws its own error: 503 `store_unavailable`, 507
-/// `storage_full`.
-actor StoreHealth {
-    private let store: CartStore
-    private var lastProbe: (at: ContinuousClock.Instant, error: (any Error)?)?
-
-    init(store: CartStore) { self.store = store }
-
-    func check() async throws {
-        if let lastProbe, lastProbe.at.duration(to: .now) < .seconds(1) {
-            if let error = lastProbe.error { throw error }
-            return
-        }
-        do {
-            try await store.checkWritable()
-            lastProbe = (.now, nil)
-        } catch {
-            lastProbe = (.now, error)
-            throw error
-        }
     }
 }

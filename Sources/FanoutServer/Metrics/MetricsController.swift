@@ -5,7 +5,7 @@ struct MetricsController: Sendable {
     let metrics: ServerMetrics
     let hub: FanoutHub
 
-    func addRoutes(to router: Router<FanoutRequestContext>) {
+    func addRoutes(to router: RouterGroup<FanoutRequestContext>) {
         router.get("metrics") { _, _ in
             metrics.hub.show(hub.figures, waitingChanges: hub.store.waitingChanges)
             return Response(

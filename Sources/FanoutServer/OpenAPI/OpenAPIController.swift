@@ -7,7 +7,7 @@ struct OpenAPIController: Sendable {
     /// The document's bytes, decoded once.
     static let document = ByteBuffer(bytes: Data(base64Encoded: embeddedOpenAPIDocument) ?? Data())
 
-    func addRoutes(to router: Router<FanoutRequestContext>) {
+    func addRoutes(to router: RouterGroup<FanoutRequestContext>) {
         router.get("openapi.json") { _, _ in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: Self.document))
         }

@@ -32,7 +32,7 @@ struct PageController: Sendable {
         .xContentTypeOptions: "nosniff",
     ]
 
-    func addRoutes(to router: Router<FanoutRequestContext>) {
+    func addRoutes(to router: RouterGroup<FanoutRequestContext>) {
         router.get("/") { _, _ in
             Response(status: .ok, headers: Self.headers, body: .init(byteBuffer: Self.page))
         }
