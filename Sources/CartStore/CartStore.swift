@@ -124,12 +124,30 @@ public final class CartStore: Sendable {
         backend is PostgresBackend ? "postgresql" : "sqlite"
     }
 
-    /// Checks that a change could be written now; throws `storeUnavailable` or `storageFull`
-    /// otherwise. `/healthz` asks it. A write rolled back at once, or, after a write was refused
-    /// for want of room, one that commits (only that takes room).
+    /// Checks that a change would be written now; throws `storeUnavailable` or `storageFull`
+    /// otherwise. `/healthz` asks it.
+    ///
+    /// A writer that has been on one batch for more than `stuckWriter` is stuck on its
+    /// database, and a change now would wait behind it: `storeUnavailable`. Otherwise the
+    /// engine probes as a change would write: SQLite commits as much as a change does,
+    /// PostgreSQL takes the seq row in a transaction it rolls back.
     public func checkWritable() async throws {
+        if let underWay = backend.batchUnderWayFor, underWay > Self.stuckWriter {
+            let seconds = Double(underWay.components.seconds) + Double(underWay.components.attoseconds) / 1e18
+            throw CartStoreError(
+                .storeUnavailable,
+                "changes are not being written: the one under way has waited \(String(format: "%.1f", seconds)) s for the database")
+        }
         try await backend.checkWritable()
     }
+
+    /// How long a batch may be under way before `checkWritable` calls the writer stuck (a batch
+    /// takes milliseconds).
+    public static let stuckWriter: Duration = .seconds(1)
+
+    /// The newest failure of the database, naming it, for the operator (`/stats`): the errors
+    /// callers get say "the database" instead. Nil when there was none.
+    public var lastProblem: StoreProblem? { backend.lastProblem }
 
     /// The names of the schema migrations this build carries, in the order they apply.
     public static var schemaMigrations: [String] { Schema.migrations.map(\.name) }

@@ -149,10 +149,61 @@ extension PostgresStoreTests {
             CartStoreError.code(error) == .storeUnavailable && "\(error)".contains("nothing was written")
         }
         _ = try await server.psql("SELECT pg_terminate_backend(pid) \(holding)", on: url)
-        await holder.value
+        _ = await holder.value
         try await store.addItem(cartID: "c", sku: "c", quantity: 1, unitPriceCents: 1)
         #expect(try await wholeLog(store).map(\.seq) == [1, 2])
         #expect(try await store.cart("c")?.items.map(\.sku) == ["a", "c"])
+    }
+
+    /// What `/healthz` asks says what a change meets: while another session holds the seq row
+    /// (writes wait, then 503), the probe is refused too. It once said yes throughout, from a
+    /// query on another pooled connection that needed no lock.
+    @Test func theProbeSaysNoWhileChangesCannotBeWritten() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await CartStore.open(postgresURL: url)
+        defer { try? store.close() }
+        try await store.checkWritable()
+        let server = try await SharedPostgres.shared.server()
+        let holder = Task {
+            try? await server.psql("BEGIN", "SELECT latest FROM event_seq FOR UPDATE", "SELECT pg_sleep(600)", "COMMIT", on: url)
+        }
+        let holding = "FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_sleep(600)'"
+        await eventually("the row held") { (try? await server.psql("SELECT count(*) \(holding)", on: url)) == "1\n" }
+        let write = Task { try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1) }
+        await #expect { try await store.checkWritable() } throws: { CartStoreError.code($0) == .storeUnavailable }
+        await #expect { try await write.value } throws: { CartStoreError.code($0) == .storeUnavailable }
+        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(holding)", on: url)
+        _ = await holder.value
+        try await store.checkWritable()
+        try await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 1)
+    }
+
+    /// With the database gone, what anyone may ask (`/healthz`) says "the database", never where
+    /// it is; the operator's `lastProblem` (`/stats`) names it.
+    @Test func aFailureNamesTheDatabaseOnlyToTheOperator() async throws {
+        let postgres = try await PostgresServer.start()
+        guard postgres.directory != nil else { return }  // FANOUT_POSTGRES_URL's server is not ours to stop
+        let url = try await postgres.makeDatabase(named: "where_it_is")
+        let store = try await CartStore.open(postgresURL: url)
+        defer { try? store.close() }
+        try await store.checkWritable()
+        try await postgres.pause()
+        let location = try #require(URLComponents(string: url))
+        let attempts: [@Sendable () async throws -> Void] = [
+            { try await store.checkWritable() },
+            { _ = try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1) },
+        ]
+        for attempt in attempts {
+            await #expect { try await attempt() } throws: { error in
+                let message = "\(error)"
+                return CartStoreError.code(error) == .storeUnavailable && message.contains("the database")
+                    && !message.contains("postgres://") && !message.contains("where_it_is")
+                    && !message.contains(":\(location.port ?? 5432)")
+            }
+        }
+        let problem = try #require(store.lastProblem)
+        #expect(problem.message.contains("where_it_is"), "\(problem.message)")
+        await postgres.stop()
     }
 
     /// The session ends while its COMMIT runs: the caller is not told "nothing was written",

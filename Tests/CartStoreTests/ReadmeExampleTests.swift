@@ -43,5 +43,6 @@ struct ReadmeExampleTests {
             print(events.count, "events up to seq", latestSeq)
         }
         // README block ends
+        #expect(commit.event.seq == 1 && commit.cart.version == 1)
     }
 }

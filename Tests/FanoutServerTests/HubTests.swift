@@ -195,7 +195,7 @@ struct HubTests {
         let (subscriber, transport) = try await harness.connect()
         try await harness.onLoop { subscriber.subscribe(carts: nil, since: 1) }
         // It sends 2 and 3 from the log, then waits for the ring (not reading the log in a loop).
-        try await eventually("waiting for the ring") { harness.hub.aheadOfRing.count == 1 }
+        await eventually("waiting for the ring") { harness.hub.aheadOfRing.count == 1 }
         #expect(try await harness.onLoop { try transport.seqs() } == [2, 3])
         #expect(try await harness.onLoop { subscriber.phase } == .catchingUp)
         try await harness.add(sku: "d")

@@ -40,7 +40,20 @@ protocol CartStoreBackend: Sendable {
 
     /// Throws `storeUnavailable` or `storageFull` when a change could not be written now.
     func checkWritable() async throws
+    /// How long the batch the writer is on has been under way (`GroupCommit.batchUnderWayFor`).
+    var batchUnderWayFor: Duration? { get }
+    /// The newest failure of the database, with where it is, for the operator (callers' errors
+    /// do not name it); nil when there was none.
+    var lastProblem: StoreProblem? { get }
     func close() throws
+}
+
+/// A failure of the database as the operator sees it: what, where, and when.
+public struct StoreProblem: Sendable, Hashable {
+    /// What failed, naming the database.
+    public let message: String
+    /// When, in milliseconds since 1970.
+    public let at: Int64
 }
 
 /// Where an engine delivers committed events: the store's observers, through a closure that

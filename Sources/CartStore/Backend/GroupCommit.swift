@@ -27,6 +27,8 @@ final class GroupCommit<Work: Sendable>: Sendable {
     private struct Queue {
         var waiting: [Mutation] = []
         var draining = false
+        /// When the drain took its current batch.
+        var batchTakenAt: ContinuousClock.Instant?
     }
     private let queue = NIOLockedValueBox(Queue())
     /// Transactions committed or attempted so far.
@@ -48,6 +50,13 @@ final class GroupCommit<Work: Sendable>: Sendable {
         }
     }
 
+    /// How long the batch being written has been under way; nil when the writer is idle. A
+    /// batch takes milliseconds: one that has taken seconds is a writer stuck on its database,
+    /// and every change queued behind it waits too (`CartStore.checkWritable`).
+    var batchUnderWayFor: Duration? {
+        queue.withLockedValue { queue in queue.batchTakenAt.map { $0.duration(to: .now) } }
+    }
+
     /// Mutations queued and not yet taken into a batch.
     var waiting: Int { queue.withLockedValue { $0.waiting.count } }
 
@@ -56,8 +65,10 @@ final class GroupCommit<Work: Sendable>: Sendable {
         queue.withLockedValue { queue in
             guard !queue.waiting.isEmpty else {
                 queue.draining = false
+                queue.batchTakenAt = nil
                 return nil
             }
+            queue.batchTakenAt = .now
             let batch = Array(queue.waiting.prefix(Self.maxBatch))
             queue.waiting.removeFirst(batch.count)
             return batch

@@ -38,7 +38,7 @@ extension PostgresBackend {
                     mutation.caller.resume(
                         throwing: CartStoreError(
                             .storeUnavailable,
-                            "\(location.description) gave no answer within \(PostgresConnections.timeout) to the changes before this one; nothing was written"
+                            "the database gave no answer within \(PostgresConnections.timeout) to the changes before this one; nothing was written"
                         ))
                 }
             }
@@ -53,9 +53,9 @@ extension PostgresBackend {
                     error is PostgresTimeout && committing.withLockedValue({ $0 })
                     ? CartStoreError(
                         .storeUnavailable,
-                        "\(location.description) gave no answer to COMMIT within \(PostgresConnections.timeout): the change may or may not have been made; read the cart to tell"
+                        "the database gave no answer to COMMIT within \(PostgresConnections.timeout): the change may or may not have been made; read the cart to tell"
                     )
-                    : Self.storage(error, at: location)
+                    : storage(error)
                 for mutation in batch { mutation.caller.resume(throwing: answer) }
                 continue
             }
@@ -69,7 +69,7 @@ extension PostgresBackend {
                 await follower.catchUpQuietly()
             }
             for (mutation, outcome) in zip(batch, outcomes) {
-                mutation.caller.resume(with: outcome.mapError { Self.storage($0, at: location) })
+                mutation.caller.resume(with: outcome.mapError { storage($0) })
             }
         }
     }
@@ -131,18 +131,18 @@ extension PostgresBackend {
         // before (a rolled-back savepoint takes it back). The line's foreign key is checked at
         // the end of the statement, when the cart row is there.
         var binds = PostgresBindings()
-        try binds.append(cartID)  // $1
-        try binds.append(event.kind.rawValue)  // $2
-        try binds.append(plan.encodedChange)  // $3
-        try binds.append(event.version)  // $4, the cart's version after it too
-        try binds.append(plan.committedAt)  // $5
+        binds.append(cartID)  // $1
+        binds.append(event.kind.rawValue)  // $2
+        binds.append(plan.encodedChange)  // $3
+        binds.append(event.version)  // $4, the cart's version after it too
+        binds.append(plan.committedAt)  // $5
         let line: String
         switch event.change {
         case .itemAdded(let item, _):
-            try binds.append(item.sku)
-            try binds.append(Int64(item.quantity))
-            try binds.append(Int64(item.unitPriceCents))
-            try binds.append(item.name)
+            binds.append(item.sku)
+            binds.append(Int64(item.quantity))
+            binds.append(Int64(item.unitPriceCents))
+            binds.append(item.name)
             // Upsert that keeps an existing line's position.
             line = """
                 INSERT INTO cart_items (cart_id, sku, quantity, unit_price_cents, name, position)
@@ -151,11 +151,11 @@ extension PostgresBackend {
                     quantity = excluded.quantity, unit_price_cents = excluded.unit_price_cents, name = excluded.name
                 """
         case .quantityChanged(let sku, let quantity):
-            try binds.append(sku)
-            try binds.append(Int64(quantity))
+            binds.append(sku)
+            binds.append(Int64(quantity))
             line = "UPDATE cart_items SET quantity = $7 WHERE cart_id = $1 AND sku = $6"
         case .itemRemoved(let sku):
-            try binds.append(sku)
+            binds.append(sku)
             line = "DELETE FROM cart_items WHERE cart_id = $1 AND sku = $6"
         case .cartCleared:
             line = "DELETE FROM cart_items WHERE cart_id = $1"

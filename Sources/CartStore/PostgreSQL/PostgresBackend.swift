@@ -25,6 +25,8 @@ final class PostgresBackend: CartStoreBackend {
     let follower: PostgresFollower
     let commits: GroupCommit<CartMutation>
     let logger: Logger
+    /// The newest failure of the database, naming it (`lastProblem`).
+    private let problem = NIOLockedValueBox<StoreProblem?>(nil)
 
     /// How often the follower reads the log without being told to.
     static let pollInterval: Duration = .seconds(1)
@@ -71,7 +73,7 @@ final class PostgresBackend: CartStoreBackend {
             try await connection.close()
         } catch {
             try? await connection.close()
-            throw Self.storage(error, at: location)
+            throw Self.storage(error, naming: location.description)
         }
         let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: clientLogger)
         return PostgresBackend(location: location, client: client, latestSeq: latest, logger: logger, commitLimit: commitLimit)
@@ -94,16 +96,30 @@ final class PostgresBackend: CartStoreBackend {
     /// The services stop with the group that runs them.
     func close() throws {}
 
+    /// Whether a change would be written now: the seq row taken in a transaction of its own,
+    /// on a pooled connection and with the lock's wait of a change (a session that holds the
+    /// row makes this wait as writes do), on a primary that is not read-only.
     func checkWritable() async throws {
+        let logger = self.logger
         let (inRecovery, readOnly) = try await run {
-            try await self.query("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')", logger: self.logger)
-                .first?.decode((Bool, String).self) ?? (true, "on")
+            try await self.withConnection { connection in
+                try await connection.withTransaction(logger: logger) { connection in
+                    try await connection.query(
+                        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') FROM event_seq FOR UPDATE",
+                        logger: logger
+                    ).collect().first?.decode((Bool, String).self) ?? (true, "on")
+                }
+            }
         }
         guard !inRecovery, readOnly == "off" else {
             throw CartStoreError(
-                .storeUnavailable, "\(location.description) is read-only (a standby, or transaction_read_only); nothing can be written")
+                .storeUnavailable, "the database is read-only (a standby, or transaction_read_only); nothing can be written")
         }
     }
+
+    var batchUnderWayFor: Duration? { commits.batchUnderWayFor }
+
+    var lastProblem: StoreProblem? { problem.withLockedValue { $0 } }
 
     // MARK: Connections and errors
 
@@ -122,17 +138,38 @@ final class PostgresBackend: CartStoreBackend {
         do {
             return try await body()
         } catch {
-            throw Self.storage(error, at: location)
+            throw storage(error)
         }
     }
 
-    /// A PostgreSQL failure as the store's error: a full disk, or a database that cannot be
-    /// reached or written. Other errors (the store's refusals, a validator's veto) pass through.
-    static func storage(_ error: any Error, at location: PostgresLocation) -> any Error {
+    /// A PostgreSQL failure as the store's error, for callers: it says "the database", never
+    /// where it is (anyone may ask `/healthz`). The failure naming the database is kept for the
+    /// operator (`lastProblem`, `/stats`) and logged when it is not the one before.
+    func storage(_ error: any Error) -> any Error {
+        let answer = Self.storage(error, naming: "the database")
+        guard let answer = answer as? CartStoreError else { return answer }
+        let detailed = Self.storage(error, naming: location.description, withDetail: true)
+        noteProblem((detailed as? CartStoreError)?.message ?? answer.message)
+        return answer
+    }
+
+    /// Keeps `message` as the newest problem, and logs it unless it is the one before.
+    func noteProblem(_ message: String) {
+        let changed = problem.withLockedValue { problem in
+            defer { problem = StoreProblem(message: message, at: Date().millisecondsSince1970) }
+            return problem?.message != message
+        }
+        if changed { logger.warning("database problem", metadata: ["fanout.store.problem": "\(message)"]) }
+    }
+
+    /// A PostgreSQL failure as the store's error, naming the database `place`: a full disk, or
+    /// a database that cannot be reached or written. Other errors (the store's refusals, a
+    /// validator's veto) pass through. `withDetail` adds what the connection pool said.
+    static func storage(_ error: any Error, naming place: String, withDetail: Bool = false) -> any Error {
         if let timeout = error as? PostgresTimeout {
             // Only a batch knows whether its COMMIT had gone out (`drainCommits`); anything
             // else that ran out of time wrote nothing.
-            return CartStoreError(.storeUnavailable, "\(location.description) gave \(timeout); nothing was written")
+            return CartStoreError(.storeUnavailable, "\(place) gave \(timeout); nothing was written")
         }
         if let transaction = error as? PostgresTransactionError {
             if transaction.beginError == nil, transaction.closureError == nil, let commitError = transaction.commitError,
@@ -142,23 +179,23 @@ final class PostgresBackend: CartStoreBackend {
                 // event reaches every subscriber once the follower reads it.
                 return CartStoreError(
                     .storeUnavailable,
-                    "\(location.description) failed while committing (\(describe(commitError))): the change may or may not have been made; read the cart to tell"
+                    "\(place) failed while committing (\(describe(commitError))): the change may or may not have been made; read the cart to tell"
                 )
             }
             guard let inner = transaction.closureError ?? transaction.commitError ?? transaction.beginError else {
-                return CartStoreError(.storeUnavailable, "\(location.description) cannot be used (\(describe(error))); nothing was written")
+                return CartStoreError(.storeUnavailable, "\(place) cannot be used (\(describe(error))); nothing was written")
             }
-            return storage(inner, at: location)
+            return storage(inner, naming: place, withDetail: withDetail)
         }
         if let psql = error as? PSQLError {
             if psql.serverInfo?[.sqlState] == "53100" {
                 return CartStoreError(.storageFull, "the database's disk is full; nothing was written (writes resume once space is freed)")
             }
-            return CartStoreError(.storeUnavailable, "\(location.description) cannot be used (\(describe(error))); nothing was written")
+            return CartStoreError(.storeUnavailable, "\(place) cannot be used (\(describe(error))); nothing was written")
         }
         // The connection pool's own errors (shut down, no connection can be made).
         if String(reflecting: type(of: error)).contains("ConnectionPoolError") {
-            return CartStoreError(.storeUnavailable, "\(location.description) cannot be reached (\(error)); nothing was written")
+            return CartStoreError(.storeUnavailable, "\(place) cannot be reached\(withDetail ? " (\(error))" : ""); nothing was written")
         }
         return error
     }

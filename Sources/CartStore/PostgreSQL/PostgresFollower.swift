@@ -123,10 +123,11 @@ actor PostgresFollower {
                     // (the pool would lend it to a commit before it noticed, and that commit
                     // failed, or waited without end).
                     do {
-                        let notifications = try await connection.listen(Self.channel)
-                        await self.catchUpQuietly()
-                        for try await _ in notifications {
+                        try await connection.listen(on: Self.channel) { notifications in
                             await self.catchUpQuietly()
+                            for try await _ in notifications {
+                                await self.catchUpQuietly()
+                            }
                         }
                     } catch {
                         try? await connection.close()
@@ -159,7 +160,7 @@ extension PostgresFollower {
 
         func run() async throws {
             let follower = self.follower
-            try? await cancelWhenGracefulShutdown {
+            await cancelWhenGracefulShutdown {
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask { await follower.listen() }
                     group.addTask { await follower.poll(every: PostgresBackend.pollInterval) }

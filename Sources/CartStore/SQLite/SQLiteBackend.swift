@@ -148,6 +148,11 @@ final class SQLiteBackend: CartStoreBackend {
     /// None: the writer is GRDB's, and delivery is its.
     var services: [any Service] { [] }
 
+    var batchUnderWayFor: Duration? { commits.batchUnderWayFor }
+
+    /// None kept: a local file's failures name nothing an outsider should not see.
+    var lastProblem: StoreProblem? { nil }
+
     /// Every commit is delivered before the mutation returns: the newest committed.
     func deliveredSeq() async throws -> Int64 {
         try await latestSeq()

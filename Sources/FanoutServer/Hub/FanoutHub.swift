@@ -52,6 +52,16 @@ final class FanoutHub: CartStoreObserver {
         /// seq minus `latestSeq`; with PostgreSQL, other servers' commits on their way here).
         /// Absent when the database could not be read.
         var behindBy: Int64?
+        /// The newest failure of the database, naming where it is (`CartStore.lastProblem`):
+        /// the operator's, as callers' errors say only "the database". Absent when none.
+        var storeProblem: StoreProblemStats?
+    }
+
+    /// `CartStore.lastProblem` in `/stats`.
+    struct StoreProblemStats: Codable, Sendable, Equatable {
+        var message: String
+        /// When, in milliseconds since 1970.
+        var at: Int64
     }
 
     /// The phases a subscriber is counted in before it ends.
@@ -317,7 +327,8 @@ final class FanoutHub: CartStoreObserver {
             connections: openConnections.load(ordering: .relaxed),
             waitingChanges: store.waitingChanges,
             engine: store.engineName,
-            behindBy: nil)
+            behindBy: nil,
+            storeProblem: store.lastProblem.map { StoreProblemStats(message: $0.message, at: $0.at) })
     }
 
     /// `stats`, with `behindBy` read from the database.
