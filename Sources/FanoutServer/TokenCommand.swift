@@ -45,7 +45,9 @@ struct TokenCommand: AsyncParsableCommand {
     @OptionGroup var signing: Signing
 
     func validate() throws {
-        guard Self.seconds(ttl) != nil else { throw ValidationError("--ttl must be like 90, 90s, 30m, 1h or 7d") }
+        guard Self.seconds(ttl) != nil else {
+            throw ValidationError("--ttl must be like 90, 90s, 30m, 1h or 7d, from 1 s to \(Int(Self.maxTTL / 86_400))d")
+        }
         guard !sub.isEmpty else { throw ValidationError("--sub must not be empty") }
         let scopes = scope.split(separator: " ")
         guard !scopes.isEmpty, scopes.allSatisfy({ $0 == "read" || $0 == "write" }) else {
@@ -67,7 +69,10 @@ struct TokenCommand: AsyncParsableCommand {
         print(try await TokenKeys.sign(token, secret: secret))
     }
 
-    /// `90`, `90s`, `30m`, `1h`, `7d` in seconds; nil for anything else, or not above 0.
+    /// The longest `--ttl`: ten years (a token's `exp` must be a date a JWT can carry).
+    static let maxTTL: TimeInterval = 3_650 * 86_400
+
+    /// `90`, `90s`, `30m`, `1h`, `7d` in seconds; nil for anything else, or outside 1 s…`maxTTL`.
     static func seconds(_ text: String) -> TimeInterval? {
         let units: [Character: TimeInterval] = ["s": 1, "m": 60, "h": 3_600, "d": 86_400]
         var number = Substring(text)
@@ -76,7 +81,7 @@ struct TokenCommand: AsyncParsableCommand {
             number = text.dropLast()
             unit = multiplier
         }
-        guard let value = Double(number), value.isFinite, value > 0 else { return nil }
+        guard let value = Double(number), (1...maxTTL).contains(value * unit) else { return nil }
         return value * unit
     }
 }

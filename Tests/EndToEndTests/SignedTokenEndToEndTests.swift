@@ -83,6 +83,18 @@ struct SignedTokenEndToEndTests {
         #expect(!warned.standardError.contains("s3cret"), "the secret is never written out")
     }
 
+    /// A --ttl no token can carry is a usage error that says so: it once printed an internal
+    /// EncodingError for `1e308d`.
+    @Test func aTTLNoTokenCanCarryIsAUsageError() async throws {
+        for ttl in ["1e308d", "inf", "0", "-5m", "0.5s", "3651d", "soon"] {
+            let refused = try await runToExit(
+                "fanout-server", ["token", "--jwt-secret", Self.secret, "--sub", "a", "--carts", "a", "--ttl=\(ttl)"])
+            #expect(refused.status == 64, "--ttl \(ttl): \(refused.status)")
+            #expect(refused.standardError.contains("--ttl must be like"), "--ttl \(ttl): \(refused.standardError)")
+            #expect(!refused.standardError.contains("EncodingError"), "--ttl \(ttl)")
+        }
+    }
+
     @Test func keysItCannotUseStopTheServerAtStartSayingWhy() async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
