@@ -136,4 +136,29 @@ struct ServerProcessTests {
         #expect(noDatabase.status != 0)
         #expect(noDatabase.standardError.contains("names no database"), "\(noDatabase.standardError)")
     }
+
+    /// The released server as an attacker meets it: the weakest signed token (write only, no
+    /// carts) reads no operator page however the path is spelled.
+    @Test func operatorPagesStayClosedToASignedTokenWhateverThePathsSpelling() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let secret = "a process test secret of at least 32 bytes"
+        let server = try ServerProcess(arguments: [
+            "--port", "0", "--db", directory.appending(path: "db.sqlite").path, "--token", "operator", "--jwt-secret", secret,
+        ])
+        let minted = try await runToExit(
+            "fanout-server", ["token", "--jwt-secret", secret, "--sub", "w", "--carts", "", "--scope", "write"])
+        let token = minted.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(minted.status == 0 && !token.isEmpty, "\(minted.standardError)")
+        for path in ["/stats", "/metrics", "/stats/", "//stats", "/stats//", "/./stats", "/%73tats", "/metrics/", "//metrics"] {
+            let request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nConnection: close\r\n\r\n"
+            let answer = try await RawHTTP.exchange(port: server.port, Array(request.utf8))
+            let canonical = path == "/stats" || path == "/metrics"
+            #expect(answer.status == (canonical ? 403 : 404), "\(path): \(answer.text.prefix(200))")
+            #expect(!answer.text.contains("liveSubscribers") && !answer.text.contains("# TYPE"), "\(path) leaked the operator's figures")
+        }
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+    }
 }
