@@ -48,8 +48,9 @@ public struct FanoutSubscription: Sendable {
         case event(CartEvent, raw: String)
         /// The server reported an error on the open subscription.
         case serverError(code: String, message: String)
-        /// The connection ended; another follows after `retryIn`.
-        case disconnected(why: String, retryIn: Duration)
+        /// The connection ended, or could not be made (or the plan could not be made: reading
+        /// newly wanted carts failed); another attempt follows after `retryIn`.
+        case disconnected(ConnectionProblem, retryIn: Duration)
         /// The server refused the credentials (or the origin): no retry until `retryIn` has
         /// passed or the plan changes (`reconsider`).
         case refused(RemoteStoreError, retryIn: Duration)
@@ -72,11 +73,15 @@ public struct FanoutSubscription: Sendable {
     /// at least 1 s): refusals never become a retry storm.
     public static let refusalPause: Duration = .seconds(30)
 
-    /// Runs until cancelled (or `plan` throws).
+    /// Runs until cancelled, or until `handle` throws an error other than `ProtocolViolation`.
+    /// Nothing else ends it: a plan that cannot be made, a connection that fails, a server that
+    /// refuses are each reported (`disconnected`, `refused`) and tried again after a pause.
     ///
     /// - Parameters:
     ///   - plan: asked before each connection; nil means nothing to subscribe to: no
-    ///     connection until `reconsider` yields.
+    ///     connection until `reconsider` yields. An error it throws is a failed attempt: a
+    ///     refusal is reported as `refused`, anything else as `disconnected`, and it is asked
+    ///     again after the pause.
     ///   - reconsider: each element ends the current connection (or pause) and asks `plan`
     ///     again: the interest changed.
     ///   - handle: called with each update, in order. Throwing `ProtocolViolation` drops the
@@ -87,9 +92,12 @@ public struct FanoutSubscription: Sendable {
         handle: @escaping @Sendable (Update) async throws -> Void
     ) async throws {
         let consumer = handle
+        /// The code of the last `server-error` of the current connection: why the server ended it.
+        let lastServerError = NIOLockedValueBox<FanoutErrorCode?>(nil)
         // The handler's own errors end the subscription; everything else the connection
         // throws (NIO's, TLS's, the network's) is a lost connection, retried.
         let deliver: @Sendable (Update) async throws -> Void = { update in
+            if case .serverError(let code, _) = update { lastServerError.withLockedValue { $0 = FanoutErrorCode(rawValue: code) } }
             do {
                 try await consumer(update)
             } catch let violation as ProtocolViolation {
@@ -105,52 +113,57 @@ public struct FanoutSubscription: Sendable {
         var fetched: String??
         while true {
             try Task.checkCancellation()
-            guard let next = try await plan() else {
-                await wakeUps.next()
-                continue
-            }
-            try await consumer(.connecting(next))
-            let received = Counter()
             var failure: (any Error)?
             var token: String?
+            var received = 0
+            /// The connection was cut short by a new plan (not a plan that failed before it).
+            var interrupted = false
             do {
+                guard let next = try await plan() else {
+                    await wakeUps.next()
+                    continue
+                }
+                try await deliver(.connecting(next))
+                let counter = Counter()
+                lastServerError.withLockedValue { $0 = nil }
+                defer { received = counter.value }
                 if let already = fetched {
                     token = already
                 } else {
                     token = try await api.credentials.token()
                 }
                 fetched = nil
+                defer { interrupted = wakeUps.wokeUp }
                 try await wakeUps.interrupting { [token] in
-                    try await self.connect(next, token: token, received: received, handle: deliver)
+                    try await self.connect(next, token: token, received: counter, handle: deliver)
                 }
+                failure = ConnectionProblem.endedByServer(closeCode: nil, code: lastServerError.withLockedValue { $0 })
+            } catch let handlerFailure as HandlerFailure {
+                throw handlerFailure.error
             } catch {
+                try Task.checkCancellation()
                 failure = error
             }
             try Task.checkCancellation()
             // The plan changed: connect again at once, with the new one.
-            if wakeUps.wokeUp { continue }
-            failures = received.value > 0 ? 0 : failures + 1
+            if interrupted { continue }
+            failures = received > 0 ? 0 : failures + 1
             var pause = Self.backoff(failures: failures)
             switch failure {
-            case nil:
-                try await consumer(.disconnected(why: "the server ended the subscription", retryIn: pause))
             case let refused as RemoteStoreError where refused.isPermanent:
                 // The same credentials would be refused again: ask again much later, unless a
                 // provider already has another token (the one refused had just expired, say).
                 let next = try? await api.credentials.token()
                 let changed = next != nil && next != token
                 pause = changed ? max(pause, .seconds(1)) : Self.refusalPause
-                // A new token is used at once; after the long pause the provider is asked anew.
-                fetched = changed ? next : nil
+                // A new token is used at once; after the long pause the provider is asked anew
+                // (`.none`, not a fetched nil: that would connect with no token at all).
+                fetched = changed ? .some(next) : .none
                 try await consumer(.refused(refused, retryIn: pause))
-            case let error as ProtocolViolation:
-                try await consumer(.disconnected(why: "the server broke the protocol (\(error))", retryIn: pause))
-            case let failure as HandlerFailure:
-                throw failure.error
-            case let error as RemoteStoreError:
-                try await consumer(.disconnected(why: error.description, retryIn: pause))
             case let other?:
-                try await consumer(.disconnected(why: "connection lost (\(other))", retryIn: pause))
+                try await consumer(.disconnected(ConnectionProblem.of(other), retryIn: pause))
+            case nil:
+                try await consumer(.disconnected(.endedByServer(closeCode: nil, code: nil), retryIn: pause))
             }
             let wait = pause
             _ = try? await wakeUps.interrupting { try await Task.sleep(for: wait) }
@@ -210,7 +223,7 @@ public struct FanoutSubscription: Sendable {
                 throw RemoteStoreError.unreachable("the server refused the WebSocket upgrade (full, or stopping)")
             }
             if let closeCode, closeCode != 1000 {
-                throw RemoteStoreError.unreachable("disconnected (\(closeCode)\(Self.closeMeaning(closeCode)))")
+                throw ConnectionProblem.endedByServer(closeCode: closeCode, code: nil)
             }
         case .serverSentEvents:
             guard var components = URLComponents(url: api.baseURL, resolvingAgainstBaseURL: false) else {
@@ -223,17 +236,6 @@ public struct FanoutSubscription: Sendable {
                 let message = try reader.read(text)
                 try await reader.deliver(message, raw: text)
             }
-        }
-    }
-
-    static func closeMeaning(_ code: Int) -> String {
-        switch code {
-        case 1001: " server shutting down"
-        case Int(FanoutCloseCode.leaseExpired.rawValue): " lease expired"
-        case Int(FanoutCloseCode.tooSlow.rawValue): " too slow"
-        case Int(FanoutCloseCode.serverFull.rawValue): " server full"
-        case Int(FanoutCloseCode.tokenExpired.rawValue): " token expired"
-        default: ""
         }
     }
 

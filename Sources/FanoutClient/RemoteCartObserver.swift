@@ -26,6 +26,12 @@ public protocol RemoteCartObserver: AnyObject, Sendable {
 
     /// The connection to the server changed.
     func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState)
+
+    /// The server refused some of this observer's carts to the store's credentials (a cart
+    /// the token's `carts` claim does not name: `forbidden_cart`). They are left out: no state
+    /// or event of them comes, while its other carts, and other observers, are served as usual.
+    /// They are asked for again after `FanoutSubscription.refusalPause`.
+    func remoteStore(_ store: RemoteCartStore, didRefuse carts: [String], because error: RemoteStoreError)
 }
 
 extension RemoteCartObserver {
@@ -33,6 +39,7 @@ extension RemoteCartObserver {
     public func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {}
     public func remoteStore(_ store: RemoteCartStore, didResync carts: [Cart], because reason: ResyncReason) {}
     public func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {}
+    public func remoteStore(_ store: RemoteCartStore, didRefuse carts: [String], because error: RemoteStoreError) {}
 }
 
 /// Why a replica was replaced by a snapshot instead of receiving the events it missed.

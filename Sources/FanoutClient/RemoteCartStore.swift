@@ -22,16 +22,19 @@ import WeakObservers
 /// stay observed lose and repeat nothing.
 public final class RemoteCartStore: Sendable {
     /// The connection to the server, as observers are told of it.
-    public enum ConnectionState: Sendable, Hashable {
+    public enum ConnectionState: Sendable, Hashable, CustomStringConvertible {
         /// No observer: no connection.
         case idle
         case connecting
         /// Subscribed: events arrive as they are committed.
         case live
-        /// The connection ended (why); the store reconnects and resumes.
-        case reconnecting(after: String)
-        /// The server refused (credentials, or a cart the token may not see): the store asks
-        /// again after `FanoutSubscription.refusalPause`, or at once when observers change.
+        /// The connection ended, or could not be made (why, typed); the store tries again with
+        /// a backoff (0.1 s doubling to 5 s, with jitter) and resumes where it stood.
+        case reconnecting(ConnectionProblem)
+        /// The server refused the credentials (or every cart wanted): the store asks again
+        /// after `FanoutSubscription.refusalPause`, or at once when observers change or a
+        /// token provider has a new token. A cart refused to one observer while others are
+        /// served is that observer's (`RemoteCartObserver.remoteStore(_:didRefuse:because:)`).
         case refused(RemoteStoreError)
 
         public static func == (lhs: ConnectionState, rhs: ConnectionState) -> Bool {
@@ -45,6 +48,16 @@ public final class RemoteCartStore: Sendable {
 
         public func hash(into hasher: inout Hasher) {
             hasher.combine(String(describing: self))
+        }
+
+        public var description: String {
+            switch self {
+            case .idle: "idle"
+            case .connecting: "connecting"
+            case .live: "live"
+            case .reconnecting(let problem): "reconnecting (\(problem))"
+            case .refused(let error): "refused (\(error))"
+            }
         }
     }
 
@@ -92,7 +105,7 @@ public final class RemoteCartStore: Sendable {
         let sweep = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: releaseCheckInterval)
-                if replica.outlivesItsObservers(observers) { _ = reconsider.yield() }
+                if replica.needsReplanning(observers) { _ = reconsider.yield() }
             }
         }
         tasks.withLockedValue { $0 = [run, sweep] }
@@ -161,10 +174,13 @@ extension RemoteCartStore {
         /// queued on its queue). Carts no other observer wants stop arriving soon after.
         public func remove(_ observer: any RemoteCartObserver) {
             registry.remove(observer)
-            if replica.outlivesItsObservers(self) { interestChanged() }
+            if replica.needsReplanning(self) { interestChanged() }
         }
 
         public func contains(_ observer: any RemoteCartObserver) -> Bool { registry.contains(observer) }
+
+        /// Asks the subscription to make its plan again (the refused carts changed).
+        func replan() { interestChanged() }
 
         /// The number of live observers (O(n): released ones are swept first).
         public var count: Int { registry.count }

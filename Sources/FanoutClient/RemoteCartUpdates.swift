@@ -11,6 +11,8 @@ public enum RemoteCartUpdate: Sendable {
     /// (`fellBehind`): either way these are the carts now, and later elements follow them.
     case resynced([Cart], ResyncReason)
     case connection(RemoteCartStore.ConnectionState)
+    /// The server refused these carts to the store's credentials; the others are served.
+    case refused([String], RemoteStoreError)
 }
 
 extension RemoteCartStore {
@@ -70,6 +72,9 @@ final class UpdateBuffer: RemoteCartObserver {
     }
     func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {
         push(.connection(state), store)
+    }
+    func remoteStore(_ store: RemoteCartStore, didRefuse carts: [String], because error: RemoteStoreError) {
+        push(.refused(carts, error), store)
     }
 
     /// Called on the store's receiving task, under the replica's lock: the carts read for a

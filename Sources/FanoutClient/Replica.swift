@@ -24,6 +24,20 @@ final class Replica: @unchecked Sendable {
         /// resync for the observers that had the old state.
         var resyncBecause: ResyncReason?
         var connection: RemoteCartStore.ConnectionState = .idle
+        /// Carts the server refused to this store's credentials (`forbidden_cart`): left out of
+        /// the subscription, their observers told; asked again after
+        /// `FanoutSubscription.refusalPause`, or once no observer wants them.
+        var refused: [String: Refusal] = [:]
+        /// A subscription was refused for one of its carts: find which before the next plan.
+        var findRefusedCarts = false
+        /// When that was last done: at most once per `FanoutSubscription.refusalPause`.
+        var refusedCartsFoundAt: ContinuousClock.Instant?
+    }
+
+    /// A cart the server refused, and when.
+    struct Refusal {
+        let error: RemoteStoreError
+        let at: ContinuousClock.Instant
     }
 
     private let lock = NSRecursiveLock()
@@ -48,37 +62,82 @@ final class Replica: @unchecked Sendable {
         lock.withLock { body(self) }
     }
 
-    /// Tells a newly added observer the state, if the replica holds its carts. Under the lock.
-    /// Returns whether the replica does not cover them (it must widen).
+    /// Tells a newly added observer the state, if the replica holds its carts (and which of
+    /// them the server refused). Under the lock. Returns whether the replica does not cover
+    /// them (it must widen).
     func greet(_ observer: any RemoteCartObserver, _ interest: ObserverInterest, in set: ObserverSetOfStore) -> Bool {
-        guard let covered = state.covered, covered.covers(interest.selection) else { return true }
-        guard state.loaded, let store = store.withLockedValue(\.store) else { return false }
+        let store = store.withLockedValue(\.store)
+        if let store {
+            for (error, carts) in refusals(in: interest.selection) {
+                set.notify(only: observer) { $0.remoteStore(store, didRefuse: carts, because: error) }
+            }
+        }
+        let served = served(interest.selection)
+        guard let covered = state.covered, covered.covers(served) else { return true }
+        // Every cart it wants was refused: nothing to load.
+        guard state.loaded, let store, served != .carts([]) || interest.selection == .carts([]) else { return false }
         interest.markLoaded()
         let carts = Self.carts(of: interest.selection, in: state.carts)
         set.notify(only: observer) { $0.remoteStore(store, didLoad: carts) }
         return false
     }
 
-    /// Whether the replica holds carts no living observer wants (or a connection with no
-    /// observer at all): time to narrow.
-    func outlivesItsObservers(_ observers: RemoteCartStore.Observers) -> Bool {
-        let wanted = observers.wanted
-        return lock.withLock { state.covered != nil && state.covered != wanted }
+    /// `selection` without the carts the server refused.
+    private func served(_ selection: CartSelection) -> CartSelection {
+        guard case .carts(let ids) = selection, !state.refused.isEmpty else { return selection }
+        return .carts(ids.filter { state.refused[$0] == nil })
     }
 
-    /// The next connection's plan: what the living observers want, after the replica's seq.
-    /// Carts they want that the replica does not hold are read over HTTP first (their state is
-    /// then at or after the seq; replayed events at or below their version are skipped).
+    /// The refused carts of `selection`, grouped by the error that refused them.
+    private func refusals(in selection: CartSelection) -> [(RemoteStoreError, [String])] {
+        guard case .carts(let ids) = selection else { return [] }
+        let refused = ids.sorted().compactMap { id in state.refused[id].map { (id, $0.error) } }
+        return Dictionary(grouping: refused, by: { $0.1.description }).values
+            .map { group in (group[0].1, group.map(\.0)) }
+            .sorted { $0.1[0] < $1.1[0] }
+    }
+
+    /// Whether the plan must be made again: the replica holds carts no living observer wants
+    /// (or a connection with no observer at all), or a refusal is old enough to ask again.
+    func needsReplanning(_ observers: RemoteCartStore.Observers) -> Bool {
+        let wanted = observers.wanted
+        return lock.withLock {
+            state.refused.values.contains { $0.at.duration(to: .now) >= FanoutSubscription.refusalPause }
+                || (state.covered != nil && state.covered != wanted.map(served))
+        }
+    }
+
+    /// The next connection's plan: what the living observers want, after the replica's seq,
+    /// without the carts the server refused. Carts they want that the replica does not hold
+    /// are read over HTTP first (their state is then at or after the seq; replayed events at
+    /// or below their version are skipped); a cart the server refuses is told to its observers
+    /// and left out. Any other failure throws: the subscription reports it and asks again.
     func plan(for observers: RemoteCartStore.Observers, api: CartServerAPI) async throws -> FanoutSubscription.Plan? {
-        guard let wanted = observers.wanted else {
+        guard let allWanted = observers.wanted else {
             lock.withLock {
                 state = State(connection: state.connection)
                 setConnection(.idle, observers: observers)
             }
             return nil
         }
+        let findRefused = lock.withLock {
+            // Refusals of carts nobody wants now, or old enough, are forgotten: asked again.
+            state.refused = state.refused.filter { id, refusal in
+                allWanted.contains(id) && refusal.at.duration(to: .now) < FanoutSubscription.refusalPause
+            }
+            defer { state.findRefusedCarts = false }
+            return state.findRefusedCarts
+        }
+        if findRefused, case .carts(let ids) = allWanted {
+            // Which of the carts made the server refuse the subscription: each read alone.
+            for id in ids.sorted() where read({ $0.refused[id] == nil }) {
+                try await readRefusing(id, api: api, observers: observers)
+            }
+        }
         let (loaded, covered, seq) = read { ($0.loaded, $0.covered, $0.seq) }
+        var wanted = read { _ in served(allWanted) }
         guard loaded, let covered else {
+            guard wanted != .carts([]) else { return everyCartRefused(observers) }
             lock.withLock {
                 state.covered = wanted
                 state.carts = [:]
@@ -95,11 +154,15 @@ final class Replica: @unchecked Sendable {
                 let all = Dictionary(try await api.carts().carts.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
                 fetched = missing.map { all[$0] ?? Cart(id: $0) }
             } else {
-                for id in missing.sorted() { fetched.append(try await api.currentCart(id)) }
+                for id in missing.sorted() {
+                    if let cart = try await readRefusing(id, api: api, observers: observers) { fetched.append(cart) }
+                }
+                wanted = read { _ in served(allWanted) }
             }
         default:
             break
         }
+        guard wanted != .carts([]) else { return everyCartRefused(observers) }
         lock.withLock {
             for cart in fetched where !covered.contains(cart.id) { state.carts[cart.id] = cart }
             state.carts = state.carts.filter { wanted.contains($0.key) }
@@ -107,6 +170,37 @@ final class Replica: @unchecked Sendable {
             greetWaiting(observers)
         }
         return FanoutSubscription.Plan(carts: wanted.subscription, since: seq)
+    }
+
+    /// Reads one cart over HTTP; nil, and its observers told, when the server refuses it to
+    /// these credentials (`forbidden_cart`). Other failures throw.
+    @discardableResult
+    private func readRefusing(_ id: String, api: CartServerAPI, observers: RemoteCartStore.Observers) async throws -> Cart? {
+        do {
+            return try await api.currentCart(id)
+        } catch let error as RemoteStoreError where error.code == .forbiddenCart {
+            lock.withLock {
+                state.refused[id] = Refusal(error: error, at: .now)
+                guard let store = store.withLockedValue(\.store) else { return }
+                observers.registry.notify(where: { $0.selection.contains(id) }) { observer, _ in
+                    observer.remoteStore(store, didRefuse: [id], because: error)
+                }
+            }
+            return nil
+        }
+    }
+
+    /// Every cart wanted was refused: no connection, and the store says why.
+    private func everyCartRefused(_ observers: RemoteCartStore.Observers) -> FanoutSubscription.Plan? {
+        lock.withLock {
+            if let refusal = state.refused.values.max(by: { $0.at < $1.at }) {
+                setConnection(.refused(refusal.error), observers: observers)
+            }
+            state.covered = nil
+            state.loaded = false
+            state.carts = [:]
+        }
+        return nil
     }
 
     /// Applies one update of the subscription and tells the observers.
@@ -121,10 +215,19 @@ final class Replica: @unchecked Sendable {
                 load(snapshot, reason: reason, observers: observers)
             case .event(let event, _):
                 try apply(event, observers: observers)
-            case .disconnected(let why, _):
-                setConnection(.reconnecting(after: why), observers: observers)
+            case .disconnected(let problem, _):
+                setConnection(.reconnecting(problem), observers: observers)
             case .refused(let error, _):
-                setConnection(.refused(error), observers: observers)
+                if error.code == .forbiddenCart, case .carts = state.covered,
+                    state.refusedCartsFoundAt.map({ $0.duration(to: .now) >= FanoutSubscription.refusalPause }) ?? true
+                {
+                    // One of the carts asked for: find which, at once, and serve the others.
+                    state.findRefusedCarts = true
+                    state.refusedCartsFoundAt = .now
+                    observers.replan()
+                } else {
+                    setConnection(.refused(error), observers: observers)
+                }
             case .snapshotPart, .serverError:
                 break
             }
@@ -191,7 +294,10 @@ final class Replica: @unchecked Sendable {
         guard state.loaded, let covered = state.covered, let store = store.withLockedValue(\.store) else { return }
         let carts = state.carts
         observers.registry.notify(where: { interest in
-            guard !interest.isLoaded, covered.covers(interest.selection) else { return false }
+            let served = self.served(interest.selection)
+            guard !interest.isLoaded, covered.covers(served), served != .carts([]) || interest.selection == .carts([]) else {
+                return false
+            }
             interest.markLoaded()
             return true
         }) { observer, interest in

@@ -155,8 +155,8 @@ final class EventPrinter: Sendable {
             progress.cartsInParts = 0
         case .serverError(let code, let message):
             report("server error \(code): \(message)")
-        case .disconnected(let why, _):
-            report("\(why); retrying, to resume after seq \(progress.last.map(String.init) ?? "none")")
+        case .disconnected(let problem, _):
+            report("\(problem); retrying, to resume after seq \(progress.last.map(String.init) ?? "none")")
         case .refused(let error, _):
             throw ClientFailure("\(error)")
         case .connecting:

@@ -50,6 +50,14 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
         cleanup()
     }
 
+    /// Starts the server again on the same port and database, after it was stopped by a
+    /// signal of the test's own.
+    func start() throws {
+        let next = try ServerProcess(
+            arguments: ["--port", "\(port)", "--db", database, "--heartbeat-interval", "0.2", "--lease-ttl", "2"] + extra)
+        current.withLockedValue { $0 = next }
+    }
+
     /// Every event in the log, through `GET /events`.
     func log() async throws -> [CartEvent] {
         var events: [CartEvent] = []
@@ -92,6 +100,7 @@ final class Recorder: RemoteCartObserver {
         var events: [CartEvent] = []
         var resyncs: [(ResyncReason, [Cart])] = []
         var states: [RemoteCartStore.ConnectionState] = []
+        var refusals: [(carts: [String], error: RemoteStoreError)] = []
         var offQueue = 0
         /// Callbacks after `stop`.
         var afterStop = 0
@@ -139,6 +148,12 @@ final class Recorder: RemoteCartObserver {
     func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {
         note { $0.states.append(state) }
     }
+
+    func remoteStore(_ store: RemoteCartStore, didRefuse carts: [String], because error: RemoteStoreError) {
+        note { $0.refusals.append((carts, error)) }
+    }
+
+    var refusals: [(carts: [String], error: RemoteStoreError)] { record.withLockedValue { $0.refusals } }
 
     var isLoaded: Bool { record.withLockedValue { $0.loaded != nil } }
     var events: [CartEvent] { record.withLockedValue { $0.events } }

@@ -38,7 +38,7 @@ struct TLSTests {
         let (never, _) = AsyncStream<Void>.makeStream()
         let run = Task {
             try await subscription.run(plan: { .init(carts: nil, since: nil) }, reconsider: never) { update in
-                if case .disconnected(let why, _) = update { reasons.withLockedValue { $0.append(why) } }
+                if case .disconnected(let problem, _) = update { reasons.withLockedValue { $0.append(problem.description) } }
             }
         }
         defer { run.cancel() }

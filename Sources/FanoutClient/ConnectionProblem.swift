@@ -1,0 +1,82 @@
+import FanoutProtocol
+
+/// Why a store or subscription is reconnecting: typed, so that an app can tell "offline" from
+/// "the server is restarting" from "the token expired", with a description for people.
+public enum ConnectionProblem: Error, Sendable, Hashable, CustomStringConvertible {
+    /// No connection could be made, or it broke without a word from the server: offline, the
+    /// server down or restarting, a network that dropped it, or a server gone silent.
+    case unreachable(String)
+    /// The server ended the subscription and said why: its WebSocket close code (1001 shutting
+    /// down, 4000 lease expired, 4001 too slow, 4002 server full, 4003 token expired) and,
+    /// when it sent one, the error code (an event stream's `server-error`). Both nil: it closed
+    /// without a reason.
+    case endedByServer(closeCode: Int?, code: FanoutErrorCode?)
+    /// The server answered with one of its errors that retrying may clear (503
+    /// `store_unavailable`, `overloaded`, `shutting_down`, 507 `storage_full`, …).
+    case serverError(FanoutErrorCode?, message: String)
+    /// The server sent what the protocol does not allow; the store reconnects and resumes.
+    case protocolViolation(String)
+
+    /// Nothing reached the server, or nothing came back: the device may be offline.
+    public var isUnreachable: Bool {
+        if case .unreachable = self { true } else { false }
+    }
+
+    /// The server ended the subscription because the token expired: a provider is asked for a
+    /// fresh one before the next connection.
+    public var isTokenExpired: Bool {
+        switch self {
+        case .endedByServer(let closeCode, let code): closeCode == Int(FanoutCloseCode.tokenExpired.rawValue) || code == .tokenExpired
+        default: false
+        }
+    }
+
+    /// The server is going away (shutting down, restarting): it will likely be back soon.
+    public var isServerGoingAway: Bool {
+        switch self {
+        case .endedByServer(let closeCode, let code): closeCode == 1001 || code == .shuttingDown
+        case .serverError(let code, _): code == .shuttingDown
+        default: false
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .unreachable(let why): "unreachable: \(why)"
+        case .endedByServer(let closeCode, let code):
+            switch (closeCode, code) {
+            case (nil, nil): "the server ended the subscription"
+            case (let closeCode?, nil): "the server ended the subscription (\(closeCode)\(Self.meaning(ofClose: closeCode)))"
+            case (nil, let code?): "the server ended the subscription (\(code.rawValue))"
+            case (let closeCode?, let code?): "the server ended the subscription (\(closeCode) \(code.rawValue))"
+            }
+        case .serverError(let code, let message): "server error (\(code?.rawValue ?? "unknown")): \(message)"
+        case .protocolViolation(let why): "the server broke the protocol: \(why)"
+        }
+    }
+
+    static func meaning(ofClose code: Int) -> String {
+        switch code {
+        case 1001: " server shutting down"
+        case Int(FanoutCloseCode.leaseExpired.rawValue): " lease expired"
+        case Int(FanoutCloseCode.tooSlow.rawValue): " too slow"
+        case Int(FanoutCloseCode.serverFull.rawValue): " server full"
+        case Int(FanoutCloseCode.tokenExpired.rawValue): " token expired"
+        default: ""
+        }
+    }
+
+    /// What a failed connection attempt or request says, as a problem (a refusal of the
+    /// credentials is not one: the subscription reports those as `refused`).
+    static func of(_ error: any Error) -> ConnectionProblem {
+        switch error {
+        case let problem as ConnectionProblem: problem
+        case let violation as ProtocolViolation: .protocolViolation(violation.description)
+        case RemoteStoreError.unreachable(let why): .unreachable(why)
+        case RemoteStoreError.unexpectedAnswer(let why): .protocolViolation(why)
+        case RemoteStoreError.refused(_, let code, _, let message): .serverError(code, message: message)
+        case RemoteStoreError.invalid(let error): .serverError(error.code, message: error.message)
+        default: .unreachable("connection lost (\(error))")
+        }
+    }
+}
