@@ -203,6 +203,12 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
+        // What an iOS developer writes first (Swift 6 language mode, nothing added): a
+        // `@MainActor` view model observing a server's carts, an `@Observable` view of a cart.
+        .testTarget(
+            name: "AppTests",
+            dependencies: ["FanoutClient", "FanoutTestSupport", "FanoutServer"]
+        ),
         .testTarget(
             name: "FanoutServerTests",
             dependencies: [

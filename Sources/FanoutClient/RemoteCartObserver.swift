@@ -111,9 +111,24 @@ final class ObserverInterest: Sendable {
 }
 
 /// How the store's `WeakObserverSet` holds a `RemoteCartObserver`: weakly, with its interest.
+/// A main-actor observer's `MainActorRelay` is held strongly instead, and stands for its target
+/// (which it holds weakly) until the target is released.
 struct WeakRemoteCartObserver: WeakObserverReference {
     typealias Interest = ObserverInterest
-    weak var observer: (any RemoteCartObserver)?
-    init(_ observer: any RemoteCartObserver) { self.observer = observer }
-    static func identity(of observer: any RemoteCartObserver) -> ObjectIdentifier { ObjectIdentifier(observer) }
+    private weak var plain: (any RemoteCartObserver)?
+    private let relay: MainActorRelay?
+
+    init(_ observer: any RemoteCartObserver) {
+        relay = observer as? MainActorRelay
+        plain = relay == nil ? observer : nil
+    }
+
+    var observer: (any RemoteCartObserver)? {
+        guard let relay else { return plain }
+        return relay.target == nil ? nil : relay
+    }
+
+    static func identity(of observer: any RemoteCartObserver) -> ObjectIdentifier {
+        (observer as? MainActorRelay)?.targetID ?? ObjectIdentifier(observer)
+    }
 }

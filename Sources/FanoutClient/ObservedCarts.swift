@@ -1,0 +1,73 @@
+import FanoutProtocol
+import Observation
+
+/// Carts of a `RemoteCartStore` as a SwiftUI view reads them: an `@Observable` object on the
+/// main actor whose `carts`, `connection` and refusals change as the store's callbacks come.
+///
+/// ```swift
+/// @State private var basket = ObservedCarts(store, carts: .only(["alice"]))
+/// var body: some View { Text(basket.cart?.totalCents.formatted() ?? "…") }
+/// ```
+///
+/// It is an observer like any other: held weakly by the store, so keep it (`@State`, a view
+/// model); released, it drops out, and the store stops fetching carts nobody else wants.
+@MainActor
+@Observable
+public final class ObservedCarts: MainActorRemoteCartObserver {
+    /// The carts it follows.
+    public let selection: CartSelection
+    /// Its carts as they are now, by id (those the server refused are absent); empty until
+    /// `isLoaded`.
+    public private(set) var carts: [Cart] = []
+    /// Whether the store has told it its carts' state yet.
+    public private(set) var isLoaded = false
+    /// The store's connection.
+    public private(set) var connection: RemoteCartStore.ConnectionState
+    /// Carts the server refused to the store's credentials, and why.
+    public private(set) var refused: [String: RemoteStoreError] = [:]
+    /// Why the carts were last replaced by a snapshot instead of receiving the events they
+    /// missed; nil if they never were.
+    public private(set) var lastResync: ResyncReason?
+
+    /// Follows `carts` of `store` from now on.
+    public init(_ store: RemoteCartStore, carts: CartSelection = .all) {
+        selection = carts
+        connection = store.connectionState
+        store.observers.add(self, carts: carts)
+    }
+
+    /// One of its carts, by id.
+    public subscript(id: String) -> Cart? {
+        carts.first { $0.id == id }
+    }
+
+    /// Its cart, when it follows one (`.only(["alice"])`).
+    public var cart: Cart? { carts.count == 1 ? carts[0] : nil }
+
+    public func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) {
+        self.carts = carts
+        isLoaded = true
+    }
+
+    public func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+        if let index = carts.firstIndex(where: { $0.id == cart.id }) {
+            carts[index] = cart
+        } else {
+            carts.append(cart)
+            carts.sort { $0.id < $1.id }
+        }
+    }
+
+    public func remoteStore(_ store: RemoteCartStore, didResync carts: [Cart], because reason: ResyncReason) {
+        self.carts = carts
+        lastResync = reason
+    }
+
+    public func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {
+        connection = state
+    }
+
+    public func remoteStore(_ store: RemoteCartStore, didRefuse carts: [String], because error: RemoteStoreError) {
+        for id in carts { refused[id] = error }
+    }
+}
