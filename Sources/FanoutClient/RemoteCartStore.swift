@@ -36,10 +36,13 @@ public final class RemoteCartStore: Sendable {
         /// token provider has a new token. A cart refused to one observer while others are
         /// served is that observer's (`RemoteCartObserver.remoteStore(_:didRefuse:because:)`).
         case refused(RemoteStoreError)
+        /// The store was closed (`RemoteCartStore/close()`): no connection, and no callback after
+        /// this one.
+        case closed
 
         public static func == (lhs: ConnectionState, rhs: ConnectionState) -> Bool {
             switch (lhs, rhs) {
-            case (.idle, .idle), (.connecting, .connecting), (.live, .live): true
+            case (.idle, .idle), (.connecting, .connecting), (.live, .live), (.closed, .closed): true
             case (.reconnecting(let a), .reconnecting(let b)): a == b
             case (.refused(let a), .refused(let b)): a.description == b.description
             default: false
@@ -57,6 +60,7 @@ public final class RemoteCartStore: Sendable {
             case .live: "live"
             case .reconnecting(let problem): "reconnecting (\(problem))"
             case .refused(let error): "refused (\(error))"
+            case .closed: "closed"
             }
         }
     }
@@ -111,9 +115,24 @@ public final class RemoteCartStore: Sendable {
         tasks.withLockedValue { $0 = [run, sweep] }
     }
 
+    /// Released, the store stops as `close()` does, without telling its observers: a store
+    /// nobody holds has nobody to tell (its observers may outlive it; they get no more
+    /// callbacks).
     deinit {
         for task in tasks.withLockedValue({ $0 }) { task.cancel() }
         reconsider.finish()
+    }
+
+    /// Closes the store: every observer is told `ConnectionState.closed` (on its queue, its last
+    /// callback), the connection is closed (the server sees the subscriber leave) by the time
+    /// this returns, and nothing more is applied or told. Later calls do nothing; an observer
+    /// added afterwards gets no callback.
+    public func close() async {
+        replica.close(observers: observers)
+        let tasks = self.tasks.withLockedValue { $0 }
+        for task in tasks { task.cancel() }
+        reconsider.finish()
+        for task in tasks { await task.value }
     }
 
     /// A cart as the replica holds it now (consistent with the last callback made), or nil if

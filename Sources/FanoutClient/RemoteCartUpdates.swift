@@ -17,6 +17,7 @@ public enum RemoteCartUpdate: Sendable {
 
 extension RemoteCartStore {
     /// The store's updates for `carts` as an `AsyncSequence`, for async code and SwiftUI tasks.
+    /// It ends after `.connection(.closed)` when the store is closed.
     ///
     /// The sequence is an observer held by whoever iterates it: end the loop (or cancel its
     /// task) and it drops out like a released observer. Up to `bufferLimit` updates wait for a
@@ -53,6 +54,8 @@ final class UpdateBuffer: RemoteCartObserver {
         var items: [RemoteCartUpdate] = []
         var head = 0
         var waiter: CheckedContinuation<RemoteCartUpdate?, Never>?
+        /// The store was closed: once the updates waiting are taken, the sequence ends.
+        var finished = false
         var count: Int { items.count - head }
     }
 
@@ -72,6 +75,7 @@ final class UpdateBuffer: RemoteCartObserver {
     }
     func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {
         push(.connection(state), store)
+        if state == .closed { self.state.withLockedValue { $0.finished = true } }
     }
     func remoteStore(_ store: RemoteCartStore, didRefuse carts: [String], because error: RemoteStoreError) {
         push(.refused(carts, error), store)
@@ -106,6 +110,7 @@ final class UpdateBuffer: RemoteCartObserver {
                 state.withLockedValue { state in
                     guard !Task.isCancelled else { return continuation.resume(returning: nil) }
                     guard state.count > 0 else {
+                        if state.finished { return continuation.resume(returning: nil) }
                         state.waiter = continuation
                         return
                     }

@@ -32,6 +32,8 @@ final class Replica: @unchecked Sendable {
         var findRefusedCarts = false
         /// When that was last done: at most once per `FanoutSubscription.refusalPause`.
         var refusedCartsFoundAt: ContinuousClock.Instant?
+        /// `RemoteCartStore.close()` was called: nothing more is applied or told.
+        var closed = false
     }
 
     /// A cart the server refused, and when.
@@ -66,6 +68,7 @@ final class Replica: @unchecked Sendable {
     /// them the server refused). Under the lock. Returns whether the replica does not cover
     /// them (it must widen).
     func greet(_ observer: any RemoteCartObserver, _ interest: ObserverInterest, in set: ObserverSetOfStore) -> Bool {
+        guard !state.closed else { return false }
         let store = store.withLockedValue(\.store)
         if let store {
             for (error, carts) in refusals(in: interest.selection) {
@@ -113,6 +116,7 @@ final class Replica: @unchecked Sendable {
     /// or below their version are skipped); a cart the server refuses is told to its observers
     /// and left out. Any other failure throws: the subscription reports it and asks again.
     func plan(for observers: RemoteCartStore.Observers, api: CartServerAPI) async throws -> FanoutSubscription.Plan? {
+        guard !read(\.closed) else { return nil }
         guard let allWanted = observers.wanted else {
             lock.withLock {
                 state = State(connection: state.connection)
@@ -181,7 +185,7 @@ final class Replica: @unchecked Sendable {
         } catch let error as RemoteStoreError where error.code == .forbiddenCart {
             lock.withLock {
                 state.refused[id] = Refusal(error: error, at: .now)
-                guard let store = store.withLockedValue(\.store) else { return }
+                guard !state.closed, let store = store.withLockedValue(\.store) else { return }
                 observers.registry.notify(where: { $0.selection.contains(id) }) { observer, _ in
                     observer.remoteStore(store, didRefuse: [id], because: error)
                 }
@@ -206,6 +210,7 @@ final class Replica: @unchecked Sendable {
     /// Applies one update of the subscription and tells the observers.
     func take(_ update: FanoutSubscription.Update, observers: RemoteCartStore.Observers) throws {
         try lock.withLock {
+            guard !state.closed else { return }
             switch update {
             case .connecting:
                 if state.connection == .idle || state.connection == .live { setConnection(.connecting, observers: observers) }
@@ -302,6 +307,15 @@ final class Replica: @unchecked Sendable {
             return true
         }) { observer, interest in
             observer.remoteStore(store, didLoad: Self.carts(of: interest.selection, in: carts))
+        }
+    }
+
+    /// Tells every observer the store is closed: their last callback.
+    func close(observers: RemoteCartStore.Observers) {
+        lock.withLock {
+            guard !state.closed else { return }
+            setConnection(.closed, observers: observers)
+            state.closed = true
         }
     }
 

@@ -1,3 +1,4 @@
+import Dispatch
 import FanoutClient
 import FanoutProtocol
 import FanoutTestSupport
@@ -91,6 +92,43 @@ struct RemoteStoreResilienceTests {
         }
         #expect(refused.refusals.allSatisfy { $0.error.code == .forbiddenCart })
         withExtendedLifetime(refused) {}
+        await server.stop()
+    }
+}
+
+/// A store's end that an app can see.
+@Suite("Remote cart store lifecycle", .serialized, .timeLimit(.minutes(2)))
+struct RemoteStoreLifecycleTests {
+    @Test(arguments: FanoutSubscription.Transport.allCases)
+    func closeTellsEveryObserverClosesTheConnectionAndCallsNobodyAfter(transport: FanoutSubscription.Transport) async throws {
+        let server = try ServerUnderTest()
+        await server.add("a", "seed")
+        let store = RemoteCartStore(server: server.url, transport: transport)
+        let recorder = Recorder(queue: DispatchQueue(label: "observer"))
+        store.observers.add(recorder, carts: .only(["a"]), queue: recorder.queue)
+        let updates = store.updates(of: .only(["a"]))
+        await eventually("live") { recorder.isLoaded && store.connectionState == .live }
+        await eventually("one subscriber") { await server.subscribers() == 1 }
+
+        await store.close()
+        #expect(store.connectionState == .closed)
+        await eventually("the server sees the subscriber leave") { await server.subscribers() == 0 }
+        await eventually("the observer told, last") { recorder.record.withLockedValue { $0.states.last } == .closed }
+        var last: RemoteCartUpdate?
+        for await update in updates { last = update }
+        if case .connection(.closed) = last {} else { Issue.record("the updates end with .closed, not \(String(describing: last))") }
+
+        // A witness that the write was delivered: nothing reaches the closed store's observer.
+        let witnessStore = RemoteCartStore(server: server.url)
+        let witness = Recorder()
+        witnessStore.observers.add(witness, carts: .only(["a"]))
+        await eventually("the witness loaded") { witness.isLoaded }
+        let callbacks = recorder.record.withLockedValue { $0.events.count + $0.states.count + $0.loads }
+        await server.add("a", "after-close")
+        await eventually("the witness got the write") { witness.events.contains { $0.addedSKU == "after-close" } }
+        recorder.queue?.sync {}
+        #expect(recorder.record.withLockedValue { $0.events.count + $0.states.count + $0.loads } == callbacks, "no callback after close")
+        await witnessStore.close()
         await server.stop()
     }
 }
