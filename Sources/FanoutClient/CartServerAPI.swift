@@ -41,6 +41,12 @@ public struct CartServerAPI: Sendable {
     public func addItem(
         _ sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil, to cartID: String, expectedVersion: Int64? = nil
     ) async throws -> WriteResult {
+        try Self.check { () throws(FanoutError) in
+            try CartLimits.checkSKU(sku)
+            try CartLimits.checkQuantity(quantity)
+            try CartLimits.checkPrice(unitPriceCents)
+            try CartLimits.checkName(name)
+        }
         let body = AddItemRequest(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name)
         return try await send(
             "POST", "/carts/\(try Self.segment(cartID))/items", body: body, expectedVersion: expectedVersion, as: WriteResult.self)
@@ -49,7 +55,8 @@ public struct CartServerAPI: Sendable {
     /// Sets the quantity of a line (0 removes it).
     public func setQuantity(of sku: String, to quantity: Int, in cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult
     {
-        try await send(
+        try Self.check { () throws(FanoutError) in try CartLimits.checkQuantity(quantity, allowZero: true) }
+        return try await send(
             "PATCH", "/carts/\(try Self.segment(cartID))/items/\(try Self.segment(sku, isSKU: true))",
             body: SetQuantityRequest(quantity: quantity), expectedVersion: expectedVersion, as: WriteResult.self)
     }
@@ -92,6 +99,16 @@ public struct CartServerAPI: Sendable {
             return try FanoutJSON.decoder().decode(Answer.self, from: Data(data))
         } catch {
             throw RemoteStoreError.unexpectedAnswer("the answer to \(method) \(path) is not what fanout-server sends: \(error)")
+        }
+    }
+
+    /// Runs the server's input rules (`CartLimits`) before anything is sent: a value they refuse
+    /// throws `RemoteStoreError.invalid` with the code the server would answer.
+    static func check(_ rules: () throws(FanoutError) -> Void) throws(RemoteStoreError) {
+        do {
+            try rules()
+        } catch {
+            throw .invalid(error)
         }
     }
 

@@ -74,7 +74,7 @@ public enum ConnectionProblem: Error, Sendable, Hashable, CustomStringConvertibl
         case let violation as ProtocolViolation: .protocolViolation(violation.description)
         case RemoteStoreError.unreachable(let why): .unreachable(why)
         case RemoteStoreError.unexpectedAnswer(let why): .protocolViolation(why)
-        case RemoteStoreError.refused(_, let code, _, let message): .serverError(code, message: message)
+        case RemoteStoreError.refused(_, let code, _, let message, _): .serverError(code, message: message)
         case RemoteStoreError.invalid(let error): .serverError(error.code, message: error.message)
         default: .unreachable("connection lost (\(error))")
         }

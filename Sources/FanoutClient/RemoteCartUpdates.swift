@@ -3,7 +3,8 @@ import NIOConcurrencyHelpers
 
 /// What an `updates` sequence yields: the observer callbacks, as values.
 public enum RemoteCartUpdate: Sendable {
-    /// The carts asked for, as they are now: the first element once the replica holds them.
+    /// The carts asked for, as they are now, once the replica holds them: the first element
+    /// about the carts (`connection` changes may come before it).
     case loaded([Cart])
     /// An event, and its cart after it.
     case applied(CartEvent, Cart)

@@ -5,8 +5,9 @@ import struct Foundation.Data
 /// Why a request to a fanout-server, or a connection to it, failed.
 public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
     /// The server answered with one of its errors (`FanoutErrorCode`), with the HTTP status.
-    /// A code a newer server added decodes as `code == nil` with its text in `rawCode`.
-    case refused(status: Int, code: FanoutErrorCode?, rawCode: String, message: String)
+    /// A code a newer server added decodes as `code == nil` with its text in `rawCode`;
+    /// `details` are the error's whole-number fields (`currentVersion`, `latestSeq`, …).
+    case refused(status: Int, code: FanoutErrorCode?, rawCode: String, message: String, details: [String: Int64] = [:])
     /// The server could not be reached, or the connection broke.
     case unreachable(String)
     /// Something answered that is not a fanout-server (or broke its protocol).
@@ -17,15 +18,22 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
     /// The server's error code, when it answered with one.
     public var code: FanoutErrorCode? {
         switch self {
-        case .refused(_, let code, _, _): code
+        case .refused(_, let code, _, _, _): code
         case .invalid(let error): error.code
         default: nil
         }
     }
 
+    /// For `version_conflict`: the version the cart is at on the server, to read the cart at
+    /// (or retry the change with as `expectedVersion`).
+    public var currentVersion: Int64? {
+        guard case .refused(_, .versionConflict?, _, _, let details) = self else { return nil }
+        return details["currentVersion"]
+    }
+
     /// The server refused who we are or what we asked for (401 or 403).
     public var isRefusal: Bool {
-        if case .refused(let status, _, _, _) = self { return status == 401 || status == 403 }
+        if case .refused(let status, _, _, _, _) = self { return status == 401 || status == 403 }
         return false
     }
 
@@ -38,7 +46,7 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .refused(let status, _, let rawCode, let message): "server refused (\(status) \(rawCode)): \(message)"
+        case .refused(let status, _, let rawCode, let message, _): "server refused (\(status) \(rawCode)): \(message)"
         case .unreachable(let why): why
         case .unexpectedAnswer(let why): why
         case .invalid(let error): error.message
@@ -52,7 +60,7 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
         }
         return .refused(
             status: status, code: FanoutErrorCode(rawValue: answer.error.code), rawCode: answer.error.code,
-            message: answer.error.message)
+            message: answer.error.message, details: answer.error.details)
     }
 }
 

@@ -24,6 +24,47 @@ struct ReadmeClientExampleTests {
         #expect(blocks.first == head + unindented.trimmingCharacters(in: .newlines))
     }
 
+    /// The article "Observing carts on a server" opens with a block compiled here the same way.
+    @Test func theDocCArticlesBlockIsTheCompiledOne() throws {
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let article = try String(
+            contentsOf: repository.appending(path: "Sources/FanoutClient/FanoutClient.docc/ObservingCartsOnAServer.md"), encoding: .utf8)
+        let head = "import FanoutClient\nimport Foundation\n\n"
+        let block = article.components(separatedBy: "```swift\n").dropFirst().first?.components(separatedBy: "\n```")[0]
+        let source = try String(contentsOf: URL(fileURLWithPath: #filePath), encoding: .utf8)
+        let compiled = source.components(separatedBy: "        // DocC block begins\n")[1]
+            .components(separatedBy: "        // DocC block ends")[0]
+        let unindented = compiled.split(separator: "\n", omittingEmptySubsequences: false)
+            .map { $0.hasPrefix("        ") ? String($0.dropFirst(8)) : String($0) }.joined(separator: "\n")
+        #expect(block == head + unindented.trimmingCharacters(in: .newlines))
+    }
+
+    /// Never called: it needs a server on port 8080.
+    @MainActor static func docCExample() {
+        // DocC block begins
+        // A view model: called on the main actor, held weakly by the store.
+        @MainActor final class CartScreen: MainActorRemoteCartObserver {
+            var cart: Cart?
+            func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) {
+                cart = carts.first
+            }
+            func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+                self.cart = cart
+            }
+        }
+
+        // The provider is your app's own way to its user's signed token (its sign-in, its
+        // backend), asked before each connection, so an expiring token is replaced.
+        let store = RemoteCartStore(
+            server: URL(string: "http://127.0.0.1:8080")!,
+            credentials: .provider { UserDefaults.standard.string(forKey: "fanout-token") })
+        let screen = CartScreen()
+        store.observers.add(screen, carts: .only(["alice"]))
+        // DocC block ends
+        _ = (store, screen)
+    }
+
     /// Never called: it needs a server on port 8080.
     static func example() async throws {
         // README block begins

@@ -25,7 +25,8 @@ struct CartMutation: Sendable {
         }
         if let expectedVersion, expectedVersion != before.version {
             throw CartStoreError(
-                .versionConflict, "cart \(cartID) is at version \(before.version), not \(expectedVersion)")
+                .versionConflict, "cart \(cartID) is at version \(before.version), not \(expectedVersion)",
+                details: ["currentVersion": before.version])
         }
         let change = try decide(before)
         let encodedChange = EventJSON.change(change)
