@@ -112,6 +112,24 @@ struct RemoteCartStoreTests {
         await server.stop()
     }
 
+    /// A released event stream leaves the server as soon as the store drops it, as a WebSocket
+    /// does: not at the server's next heartbeat (30 s here, far beyond the wait).
+    @Test(arguments: FanoutSubscription.Transport.allCases)
+    func aReleasedStoreLeavesTheServerAtOnce(transport: FanoutSubscription.Transport) async throws {
+        let server = try ServerUnderTest(heartbeatInterval: 30, leaseTTL: 60)
+        await server.add("a", "seed")
+        let store = RemoteCartStore(server: server.url, transport: transport, releaseCheckInterval: .milliseconds(100))
+        var recorder: Recorder? = Recorder()
+        weak let released = recorder
+        store.observers.add(recorder!, carts: .only(["a"]))
+        await eventually("loaded") { released?.isLoaded == true }
+        await eventually("the server counts the subscriber") { await server.subscribers() == 1 }
+
+        recorder = nil
+        await eventually(timeout: .seconds(3), "the subscriber leaves the server") { await server.subscribers() == 0 }
+        await server.stop()
+    }
+
     @Test func releasingTheOnlyObserversOfACartNarrowsWhatIsReceivedAndTheOthersLoseNothing() async throws {
         let server = try ServerUnderTest()
         await server.add("a", "seed")

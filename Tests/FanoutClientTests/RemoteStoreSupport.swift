@@ -14,14 +14,17 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
     let database: String
     let cleanup: @Sendable () -> Void
     let extra: [String]
+    /// `--heartbeat-interval` and `--lease-ttl`, the same on every start.
+    let timing: [String]
     private let current: NIOLockedValueBox<ServerProcess>
     let port: Int
 
-    init(_ extra: [String] = []) throws {
+    /// A server with `extra` arguments, heartbeating every `heartbeatInterval` seconds.
+    init(_ extra: [String] = [], heartbeatInterval: Double = 0.2, leaseTTL: Double = 2) throws {
         (database, cleanup) = try Mutations.temporaryDatabase()
         self.extra = extra
-        let first = try ServerProcess(
-            arguments: ["--port", "0", "--db", database, "--heartbeat-interval", "0.2", "--lease-ttl", "2"] + extra)
+        timing = ["--heartbeat-interval", "\(heartbeatInterval)", "--lease-ttl", "\(leaseTTL)"]
+        let first = try ServerProcess(arguments: ["--port", "0", "--db", database] + timing + extra)
         port = first.port
         current = NIOLockedValueBox(first)
     }
@@ -40,7 +43,7 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
         process.signal(signal)
         _ = await process.waitForExit()
         let next = try ServerProcess(
-            arguments: ["--port", "\(port)", "--db", database ?? self.database, "--heartbeat-interval", "0.2", "--lease-ttl", "2"] + extra)
+            arguments: ["--port", "\(port)", "--db", database ?? self.database] + timing + extra)
         current.withLockedValue { $0 = next }
     }
 

@@ -119,7 +119,20 @@ final class EventStreamClient: Sendable {
         try await channel.setOption(ChannelOptions.autoRead, value: false).get()
     }
 
+    /// Sends `bytes` after the request, which a stream's server reads and drops.
+    func send(_ bytes: [UInt8]) async throws {
+        try await channel.writeAndFlush(ByteBuffer(bytes: bytes)).get()
+    }
+
     func close() async {
+        try? await channel.close().get()
+    }
+
+    /// Closes with a reset (`SO_LINGER` 0) instead of a FIN, as a client that crashed or was
+    /// killed mid-stream does.
+    func reset() async {
+        let linger = (channel as? any SocketOptionProvider)?.setSoLinger(linger(l_onoff: 1, l_linger: 0))
+        try? await linger?.get()
         try? await channel.close().get()
     }
 }

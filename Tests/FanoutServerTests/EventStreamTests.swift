@@ -198,6 +198,34 @@ struct EventStreamTests {
         }
     }
 
+    /// A client that closes its stream (a FIN, or a reset) is seen at once, not at the next
+    /// heartbeat: the heartbeat here is far longer than the wait, so only the close itself can
+    /// end the subscriber in time.
+    @Test(arguments: [false, true])
+    func aClosedStreamEndsAtOnceAsPeerClosed(reset: Bool) async throws {
+        let store = try CartStore.inMemory()
+        try await withServer(
+            {
+                $0.heartbeatInterval = .seconds(30)
+                $0.leaseTTL = .seconds(60)
+            }, store: store
+        ) { port, server in
+            let stream = try await EventStreamClient(port: port)
+            await eventually("the subscriber counted") { server.hub.stats.subscribers == 1 }
+            await eventually("the welcome") { !stream.events.isEmpty }
+            // Whatever a client sends after its request is read and dropped: the stream goes on.
+            try await stream.send(Array(repeating: UInt8(ascii: "x"), count: 256 * 1024))
+            try await store.addItem(cartID: "a", sku: "x", quantity: 1, unitPriceCents: 1)
+            await eventually("the event after the client's bytes") { stream.cartEvents.count == 1 }
+            #expect(server.hub.stats.subscribers == 1)
+            if reset { await stream.reset() } else { await stream.close() }
+            let ended = await eventually(timeout: .seconds(3), "the subscriber's end") { server.hub.stats.subscribers == 0 }
+            #expect(ended, "the server noticed the \(reset ? "reset" : "FIN") only at a write")
+            #expect(server.hub.stats.ended["peerClosed"] == 1, "\(server.hub.stats.ended.filter { $0.value > 0 })")
+            await eventually(timeout: .seconds(3), "the connection closed") { server.hub.stats.connections == 0 }
+        }
+    }
+
     @Test func statsCountSubscribersByTransport() async throws {
         try await withServer { port, server in
             let stream = try await EventStreamClient(port: port)

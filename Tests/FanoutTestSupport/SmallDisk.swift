@@ -38,7 +38,8 @@ public final class SmallDisk {
     public func fill() throws {
         if filler == nil {
             let path = self.path("filler")
-            FileManager.default.createFile(atPath: path, contents: nil)
+            // Opening it for writing below throws if it could not be made.
+            _ = FileManager.default.createFile(atPath: path, contents: nil)
             filler = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
         }
         guard let filler else { return }

@@ -174,7 +174,8 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
     }
 
     /// Hands the connection of an admitted event stream to its transport, without the HTTP
-    /// handlers (it writes its own response head, and reads nothing more).
+    /// handlers (it writes its own response head, and reads only to see the client close,
+    /// dropping whatever else arrives).
     private static func startEventStream(
         _ admission: EventStreamAdmission, on channel: any Channel, subscribe: SubscribeEndpoint, requestGuard: RequestGuard,
         logger: Logger

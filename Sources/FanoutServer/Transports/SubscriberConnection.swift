@@ -3,9 +3,10 @@ import NIOCore
 
 /// The life of a subscriber's connection, the same whatever its transport: opened (counted, its
 /// unsent bytes bounded, its `Subscriber` registered with the hub and welcomed), drained (the
-/// live fan-out carries on), quiesced (the server is stopping), and closed (the subscriber ends,
-/// the count goes down). A transport holds one, calls it from its channel events, and keeps only
-/// its framing and how it notices "drained" and "gone".
+/// live fan-out carries on), quiesced (the server is stopping), half-closed by the client (its FIN:
+/// closed at once), and closed (the subscriber ends, the count goes down). A transport holds one,
+/// calls it from its channel events, and keeps only its framing and how it notices "drained" and
+/// "gone".
 ///
 /// On the connection's event loop only.
 final class SubscriberConnection {
@@ -48,12 +49,22 @@ final class SubscriberConnection {
         hub.fanout(for: subscriber.loop).drained()
     }
 
-    /// The channel saw `event`; returns false when it is not the lifecycle's (for the transport
+    /// `channel` saw `event`; returns false when it is not the lifecycle's (for the transport
     /// to handle or pass on).
-    func handle(_ event: Any) -> Bool {
-        guard event is ChannelShouldQuiesceEvent else { return false }
-        // The HTTP server is shutting down.
-        subscriber?.end(.shuttingDown)
+    func handle(_ event: Any, on channel: any Channel) -> Bool {
+        switch event {
+        case is ChannelShouldQuiesceEvent:
+            // The HTTP server is shutting down.
+            subscriber?.end(.shuttingDown)
+        case let event as ChannelEvent where event == .inputClosed:
+            // The client's FIN. The server allows half-closure (Hummingbird does), so it comes as
+            // this event and the channel stays open; a subscriber's client that sends nothing more
+            // is gone: closing ends the subscriber now (`closed()`: `peerClosed`), not at a later
+            // write.
+            channel.close(promise: nil)
+        default:
+            return false
+        }
         return true
     }
 

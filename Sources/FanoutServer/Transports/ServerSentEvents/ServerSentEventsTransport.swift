@@ -10,7 +10,9 @@ import NIOCore
 /// ends with the connection (`Connection: close`), so the bytes of an event are the same for
 /// every stream, with no chunk framing around them.
 ///
-/// The client never speaks again, so its lease is renewed by the stream draining: whenever the
+/// The client never speaks again: the connection is read only to see it close (its FIN or a
+/// reset ends the subscriber at once, `peerClosed`), and whatever bytes it sends are dropped as
+/// they arrive, never held. So its lease is renewed by the stream draining: whenever the
 /// connection takes more bytes (its unsent bytes are under the high-water mark) after a write.
 /// A stream whose client stopped reading stays full, and ends at the lease's end
 /// (`leaseExpired`), or sooner if it falls out of the live ring (`tooSlow`). Either way the
@@ -120,7 +122,7 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if !connection.handle(event) { context.fireUserInboundEventTriggered(event) }
+        if !connection.handle(event, on: context.channel) { context.fireUserInboundEventTriggered(event) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

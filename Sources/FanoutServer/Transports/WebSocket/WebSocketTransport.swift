@@ -174,14 +174,9 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if connection.handle(event) {
-            return
-        } else if let event = event as? ChannelEvent, event == .inputClosed {
-            // The client half-closed: it will send nothing more, not even a close frame.
-            context.close(promise: nil)
-        } else {
-            context.fireUserInboundEventTriggered(event)
-        }
+        // Quiescing, and the client's FIN (it sends nothing more, not even a close frame), are the
+        // connection's to handle.
+        if !connection.handle(event, on: context.channel) { context.fireUserInboundEventTriggered(event) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
