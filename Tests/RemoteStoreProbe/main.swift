@@ -42,10 +42,37 @@ final class Released: RemoteCartObserver {
     }
 }
 
+/// A view model on the main actor.
+@MainActor
+final class MainActorCounter: MainActorRemoteCartObserver {
+    var loads = 0
+    var events = 0
+    var states: [RemoteCartStore.ConnectionState] = []
+
+    func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) { loads += 1 }
+    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) { events += 1 }
+    func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) { states.append(state) }
+}
+
+@MainActor
+final class ReleasedOnMainActor: MainActorRemoteCartObserver {
+    /// Events told to main-actor observers that are gone: must stay 0.
+    static var afterRelease = 0
+
+    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) { Self.afterRelease += 1 }
+}
+
+/// Adds a main-actor observer that nothing but the store refers to once this returns.
+@MainActor
+func addReleasedOnMainActor(to store: RemoteCartStore) {
+    store.observers.add(ReleasedOnMainActor(), carts: .only(["probe"]))
+}
+
 struct ProbeFailure: Error, CustomStringConvertible {
     let description: String
 }
 
+@MainActor
 func waitFor(_ what: String, timeout: Duration = .seconds(15), _ condition: () async -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
@@ -67,6 +94,7 @@ func addReleased(to store: RemoteCartStore) {
     store.observers.add(Released(), carts: .only(["probe"]))
 }
 
+@MainActor
 func run(_ server: URL) async throws {
     let api = CartServerAPI(baseURL: server)
     _ = try await api.addItem("seed", quantity: 1, unitPriceCents: 1, to: "probe")
@@ -112,7 +140,49 @@ func run(_ server: URL) async throws {
         if seen == 1 { break }
     }
     try await waitFor("the subscriber to leave after the loop ended") { await subscribers(server) == 0 }
+
+    // 4. Main-actor observers: called on the main actor; a released one gets nothing, and the
+    // release of the last closes the connection.
+    try await mainActorObservers(store, api: api, server: server)
+
+    // 5. close(): every observer told, the connection closed, nothing after.
+    let last = Counter()
+    store.observers.add(last, carts: .only(["probe"]))
+    let viewModel = MainActorCounter()
+    store.observers.add(viewModel, carts: .only(["probe"]))
+    try await waitFor("the state") { viewModel.loads == 1 && last.loads.load(ordering: .relaxed) == 1 }
+    await store.close()
+    try await waitFor("the subscriber to leave at close") { await subscribers(server) == 0 }
+    try await waitFor("the view model told it is closed") { viewModel.states.last == .closed }
+    _ = try await api.addItem("after-close", quantity: 1, unitPriceCents: 1, to: "probe")
+    let witness = RemoteCartStore(server: server)
+    let witnessObserver = Counter()
+    witness.observers.add(witnessObserver, carts: .only(["probe"]))
+    try await waitFor("a witness's state, after the write") { witnessObserver.loads.load(ordering: .relaxed) == 1 }
+    await witness.close()
+    guard viewModel.events == 0, last.events.load(ordering: .relaxed) == 0 else {
+        throw ProbeFailure(description: "a closed store told an observer of a later event")
+    }
+    withExtendedLifetime(last) {}
     print("remote-store-probe: every check held")
+}
+
+@MainActor
+func mainActorObservers(_ store: RemoteCartStore, api: CartServerAPI, server: URL) async throws {
+    do {
+        let model = MainActorCounter()
+        store.observers.add(model, carts: .only(["probe"]))
+        addReleasedOnMainActor(to: store)
+        try await waitFor("the view model's state") { model.loads == 1 }
+        try await waitFor("the server's subscriber") { await subscribers(server) == 1 }
+        for index in 0..<3 { _ = try await api.addItem("m\(index)", quantity: 1, unitPriceCents: 1, to: "probe") }
+        try await waitFor("the view model's events") { model.events == 3 }
+        guard ReleasedOnMainActor.afterRelease == 0 else {
+            throw ProbeFailure(description: "a released main-actor observer got \(ReleasedOnMainActor.afterRelease) events")
+        }
+        withExtendedLifetime(model) {}
+    }
+    try await waitFor("the subscriber to leave once the view model was released") { await subscribers(server) == 0 }
 }
 
 guard CommandLine.arguments.count == 2, let server = URL(string: CommandLine.arguments[1]) else {
