@@ -72,7 +72,7 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                // NIOLockedValueBox, the package's one lock (see docs/ARCHITECTURE.md).
+                // NIOLockedValueBox, the lock of shared state (see docs/ARCHITECTURE.md).
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 // The SQLite engine's recent events (`RecentEvents`).
                 .product(name: "DequeModule", package: "swift-collections"),

@@ -16,8 +16,9 @@ import ServiceLifecycle
 /// database delivers every commit, its own and the others'). Invalid input and vetoed changes
 /// throw a `CartStoreError` (or the validator's error) and write nothing.
 ///
-/// The API is `async`: callers never block a thread on the database, and an observer callback,
-/// which is synchronous, cannot call back into the store while the store is writing.
+/// The API is `async`: changes and large reads wait without holding a thread (small reads of
+/// SQLite, tens of microseconds, run on the caller's thread: `SmallReaders`), and an observer
+/// callback, which is synchronous, cannot call back into the store while the store is writing.
 public final class CartStore: Sendable {
     /// What a successful return promises about surviving crashes.
     public enum Durability: Sendable {

@@ -39,7 +39,7 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
         let isRemoved = Atomic<Bool>(false)
         /// Held while the observer is being called, so that `remove` can wait for a call under
         /// way on another thread. Recursive, so that an observer may remove itself (or be removed
-        /// by a callback it triggers) from inside its own callback. The package's one exception to
+        /// by a callback it triggers) from inside its own callback. An exception to
         /// `NIOLockedValueBox`, which cannot be re-entered.
         let calling = NSRecursiveLock()
 

@@ -114,7 +114,7 @@ struct MainActorObserverTests {
 
 /// A flag set from `onChange` (which may run on any thread).
 final class Changed: Sendable {
-    private let flag = Mutex(false)
-    func set() { flag.withLock { $0 = true } }
-    var isSet: Bool { flag.withLock { $0 } }
+    private let flag = Atomic(false)
+    func set() { flag.store(true, ordering: .releasing) }
+    var isSet: Bool { flag.load(ordering: .acquiring) }
 }

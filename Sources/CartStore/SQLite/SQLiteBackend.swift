@@ -137,8 +137,7 @@ final class SQLiteBackend: CartStoreBackend {
 
     // MARK: Mutations
 
-    /// Queues the mutation for the writer; the caller is answered after the batch holding it
-    /// has committed and its events were delivered.
+    /// Keeps `sink`: the writer delivers each batch's events to it after the batch commits.
     func start(delivering sink: EventSink) {
         self.sink.withLockedValue { $0 = sink }
     }
@@ -158,6 +157,8 @@ final class SQLiteBackend: CartStoreBackend {
         try await latestSeq()
     }
 
+    /// Queues the mutation for the writer; the caller is answered after the batch holding it
+    /// has committed and its events were delivered.
     func commit(_ mutation: CartMutation) async throws -> CartCommit {
         try await withCheckedThrowingContinuation { caller in
             let queued = GroupCommit<SQLiteWork>.Mutation(

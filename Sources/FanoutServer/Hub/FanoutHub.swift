@@ -6,7 +6,7 @@ import Synchronization
 
 /// The server's observer of the store: it fans each committed event out to the subscribers.
 ///
-/// Per commit, on the store's writer thread, it does a constant amount of work however many
+/// Per commit, where the store delivers it (SQLite's writer; PostgreSQL's follower), it does a constant amount of work however many
 /// subscribers there are: the event becomes bytes once (`EventBytes`), goes into the
 /// `LiveRing`, each event loop is poked to run a pass over its live subscribers (`LoopFanout`),
 /// and the subscribers that want the event are counted, not walked, for `deliveredTo`.

@@ -4,7 +4,8 @@ import NIOConcurrencyHelpers
 /// The most recent events, as shared bytes: the one buffer between the store and the live
 /// subscribers.
 ///
-/// The store's writer thread appends every committed event, in seq order, so the ring always
+/// Whoever delivers the store's commits appends every committed event, in seq order (SQLite's
+/// writer after each batch; on PostgreSQL the store's follower, for every server's), so the ring always
 /// holds a contiguous run of seqs ending at the newest. Each event loop reads from it what its
 /// subscribers have not yet been sent (see `LoopFanout`). It holds at most `capacity` events:
 /// when full, appending forgets the oldest, so the writer never waits for a reader. A subscriber
