@@ -26,7 +26,7 @@ public enum ConnectionProblem: Error, Sendable, Hashable, CustomStringConvertibl
     /// fresh one before the next connection.
     public var isTokenExpired: Bool {
         switch self {
-        case .endedByServer(let closeCode, let code): closeCode == Int(FanoutCloseCode.tokenExpired.rawValue) || code == .tokenExpired
+        case .endedByServer(let closeCode, let code): (code ?? closeCode.flatMap(FanoutErrorCode.init(closeCode:))) == .tokenExpired
         default: false
         }
     }
@@ -34,7 +34,7 @@ public enum ConnectionProblem: Error, Sendable, Hashable, CustomStringConvertibl
     /// The server is going away (shutting down, restarting): it will likely be back soon.
     public var isServerGoingAway: Bool {
         switch self {
-        case .endedByServer(let closeCode, let code): closeCode == 1001 || code == .shuttingDown
+        case .endedByServer(let closeCode, let code): (code ?? closeCode.flatMap(FanoutErrorCode.init(closeCode:))) == .shuttingDown
         case .serverError(let code, _): code == .shuttingDown
         default: false
         }
@@ -44,25 +44,14 @@ public enum ConnectionProblem: Error, Sendable, Hashable, CustomStringConvertibl
         switch self {
         case .unreachable(let why): "unreachable: \(why)"
         case .endedByServer(let closeCode, let code):
-            switch (closeCode, code) {
+            switch (closeCode, code ?? closeCode.flatMap(FanoutErrorCode.init(closeCode:))) {
             case (nil, nil): "the server ended the subscription"
-            case (let closeCode?, nil): "the server ended the subscription (\(closeCode)\(Self.meaning(ofClose: closeCode)))"
+            case (let closeCode?, nil): "the server ended the subscription (\(closeCode))"
             case (nil, let code?): "the server ended the subscription (\(code.rawValue))"
             case (let closeCode?, let code?): "the server ended the subscription (\(closeCode) \(code.rawValue))"
             }
         case .serverError(let code, let message): "server error (\(code?.rawValue ?? "unknown")): \(message)"
         case .protocolViolation(let why): "the server broke the protocol: \(why)"
-        }
-    }
-
-    static func meaning(ofClose code: Int) -> String {
-        switch code {
-        case 1001: " server shutting down"
-        case Int(FanoutCloseCode.leaseExpired.rawValue): " lease expired"
-        case Int(FanoutCloseCode.tooSlow.rawValue): " too slow"
-        case Int(FanoutCloseCode.serverFull.rawValue): " server full"
-        case Int(FanoutCloseCode.tokenExpired.rawValue): " token expired"
-        default: ""
         }
     }
 

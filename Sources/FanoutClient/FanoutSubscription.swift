@@ -223,7 +223,7 @@ public struct FanoutSubscription: Sendable {
                 throw RemoteStoreError.unreachable("the server refused the WebSocket upgrade (full, or stopping)")
             }
             if let closeCode, closeCode != 1000 {
-                throw ConnectionProblem.endedByServer(closeCode: closeCode, code: nil)
+                throw ConnectionProblem.endedByServer(closeCode: closeCode, code: FanoutErrorCode(closeCode: closeCode))
             }
         case .serverSentEvents:
             guard var components = URLComponents(url: api.baseURL, resolvingAgainstBaseURL: false) else {

@@ -114,6 +114,13 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
         }
     }
 
+    /// The error a WebSocket close code stands for (`closeCode`'s inverse): 4000–4003, 1001,
+    /// 1011, 1008; nil for the others (1000, and the frame errors, which several codes share).
+    public init?(closeCode: Int) {
+        guard let code = Self.allCases.first(where: { $0.closeCode == closeCode }) else { return nil }
+        self = code
+    }
+
     /// The WebSocket close code that follows this error on an open subscription, when the error
     /// ends it; nil when the subscription goes on (or, for `bad_frame`, the frame decides:
     /// 1002 malformed, 1007 not UTF-8, 1009 too large).
