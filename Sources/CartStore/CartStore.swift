@@ -91,6 +91,12 @@ public final class CartStore: Sendable {
         PostgresLocation.isPostgresURL(location)
     }
 
+    /// A database location (a SQLite path, or a PostgreSQL URL) as it may be printed or
+    /// logged: a URL's password replaced by `***`.
+    public static func printableLocation(_ location: String) -> String {
+        PostgresLocation.printable(location)
+    }
+
     /// Opens the store in the PostgreSQL database at `url`
     /// (`postgres://user[:password]@host[:port]/database`), migrating it, and delivers every
     /// event committed there from now on, by this store or any other on the same database, to

@@ -139,9 +139,9 @@ struct FanoutServerCommand: AsyncParsableCommand {
                 store = try CartStore(path: location)
             }
         } catch let error as CartStoreError {
-            throw StartupFailure(description: "cannot use \(Self.withoutPassword(location)): \(error)")
+            throw StartupFailure(description: "cannot use \(CartStore.printableLocation(location)): \(error)")
         } catch {
-            throw StartupFailure(description: "cannot open database \(Self.withoutPassword(location)): \(error)")
+            throw StartupFailure(description: "cannot open database \(CartStore.printableLocation(location)): \(error)")
         }
         let host = configuration.host
         let server: FanoutServerApp
@@ -155,17 +155,6 @@ struct FanoutServerCommand: AsyncParsableCommand {
         }
         try await server.run()
         try store.close()
-    }
-}
-
-extension FanoutServerCommand {
-    /// A database location as it may be printed: a URL's password replaced by `***`.
-    static func withoutPassword(_ location: String) -> String {
-        guard CartStore.isPostgresURL(location), var url = URLComponents(string: location), url.password != nil else {
-            return location
-        }
-        url.password = "***"
-        return url.string ?? location
     }
 }
 

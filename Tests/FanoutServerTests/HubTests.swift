@@ -69,8 +69,10 @@ struct HubTests {
         let writers = Task { try await writeConcurrently(to: harness.store, writers: 4, perWriter: 50) }
         let (subscriber, transport) = try await harness.live(since: 30)
         try await writers.value
-        try await eventually("everything after 30") { try await harness.onLoop { try transport.seqs().last == 300 } }
-        #expect(try await harness.onLoop { try transport.seqs() } == Array(31...300), "no gap, no duplicate")
+        let arrived = try await eventually("everything after 30") { try await harness.onLoop { try transport.seqs().last == 300 } }
+        let (seqs, phase, cursor) = try await harness.onLoop { (try transport.seqs(), subscriber.phase, subscriber.cursor) }
+        #expect(arrived, "stopped at \(seqs.last ?? 0) (\(seqs.count) events), \(phase), cursor \(cursor), hub at \(harness.hub.latestSeq)")
+        #expect(seqs == Array(31...300), "no gap, no duplicate")
         #expect(try await harness.onLoop { subscriber.cursor } == 300)
     }
 

@@ -20,17 +20,26 @@ struct PostgresLocation: Sendable, Equatable {
         guard Self.isPostgresURL(string), let url = URLComponents(string: string),
             let host = url.host, !host.isEmpty
         else {
-            throw CartStoreError(.storeUnavailable, "not a PostgreSQL URL (postgres://user@host:port/database): \(string)")
+            throw CartStoreError(.storeUnavailable, "not a PostgreSQL URL (postgres://user@host:port/database): \(Self.printable(string))")
         }
         let database = url.path.hasPrefix("/") ? String(url.path.dropFirst()) : url.path
         guard !database.isEmpty, !database.contains("/") else {
-            throw CartStoreError(.storeUnavailable, "the PostgreSQL URL names no database (postgres://user@host:port/database): \(string)")
+            throw CartStoreError(
+                .storeUnavailable, "the PostgreSQL URL names no database (postgres://user@host:port/database): \(Self.printable(string))")
         }
         self.host = host
         port = url.port ?? 5432
         username = url.user.flatMap { $0.removingPercentEncoding } ?? "postgres"
         password = url.password.flatMap { $0.removingPercentEncoding }
         self.database = database.removingPercentEncoding ?? database
+    }
+
+    /// `location` as it may be printed or logged: a URL's password replaced by `***`; anything
+    /// else as it is.
+    static func printable(_ location: String) -> String {
+        guard isPostgresURL(location), var url = URLComponents(string: location), url.password != nil else { return location }
+        url.password = "***"
+        return url.string ?? "a PostgreSQL URL"
     }
 
     var clientConfiguration: PostgresClient.Configuration {

@@ -48,7 +48,10 @@ enum EndReason: Sendable, Hashable {
         }
     }
 
-    static let names = ["leaseExpired", "tooSlow", "serverFull", "shuttingDown", "peerClosed", "protocolError", "failed", "tokenExpired"]
+    /// Every name `/stats` and `/metrics` count under, in this order (one reason for each).
+    static let names = [
+        EndReason.leaseExpired, .tooSlow, .serverFull, .shuttingDown, .peerClosed, .violation(.malformedFrame), .failed, .tokenExpired,
+    ].map(\.name)
 
     /// What the subscriber is told, with the code that says why (and, on a WebSocket, the close
     /// code that follows), when the server ended it: `resume` names how the client resumes
