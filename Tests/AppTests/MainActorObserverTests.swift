@@ -52,14 +52,19 @@ func until(_ timeout: Duration = .seconds(20), _ condition: () -> Bool) async ->
     return true
 }
 
+/// A `fanout-server` on a new database, and its API.
+func startServer() throws -> (ServerProcess, CartServerAPI, @Sendable () -> Void) {
+    let (database, cleanup) = try Mutations.temporaryDatabase()
+    let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+    return (server, CartServerAPI(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!), cleanup)
+}
+
 @Suite("An app's first hour", .serialized, .timeLimit(.minutes(2)))
 @MainActor
 struct MainActorObserverTests {
     @Test func aMainActorViewModelFollowsACartOnTheMainActor() async throws {
-        let (database, cleanup) = try Mutations.temporaryDatabase()
+        let (server, api, cleanup) = try startServer()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
-        let api = CartServerAPI(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!)
         _ = try await api.addItem("apple", quantity: 1, unitPriceCents: 50, to: "alice")
 
         let store = RemoteCartStore(server: api.baseURL)
@@ -80,10 +85,8 @@ struct MainActorObserverTests {
     }
 
     @Test func anObservableCartTellsTheViewWhatChanged() async throws {
-        let (database, cleanup) = try Mutations.temporaryDatabase()
+        let (server, api, cleanup) = try startServer()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
-        let api = CartServerAPI(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!)
         _ = try await api.addItem("apple", quantity: 1, unitPriceCents: 50, to: "alice")
         let store = RemoteCartStore(server: api.baseURL)
 

@@ -88,18 +88,23 @@ struct RemoteCartStoreTests {
         await server.stop()
     }
 
+    /// Adds an observer of `cart` that only the test holds, waits until it is loaded and the
+    /// server counts the subscriber, then releases it (checking that the store did not keep it).
+    static func observeThenRelease(_ cart: String, of store: RemoteCartStore, on server: ServerUnderTest) async throws {
+        var recorder: Recorder? = Recorder()
+        weak let released = recorder
+        store.observers.add(recorder!, carts: .only([cart]))
+        await eventually("loaded") { released?.isLoaded == true }
+        await eventually("the server counts the subscriber") { await server.subscribers() == 1 }
+        recorder = nil
+        #expect(released == nil, "the store holds its observers weakly")
+    }
+
     @Test func releasingEveryObserverClosesTheConnection() async throws {
         let server = try ServerUnderTest()
         await server.add("a", "seed")
         let store = RemoteCartStore(server: server.url, releaseCheckInterval: .milliseconds(500))
-        var recorder: Recorder? = Recorder()
-        weak let released = recorder
-        store.observers.add(recorder!, carts: .only(["a"]))
-        await eventually("loaded") { released?.isLoaded == true }
-        await eventually("the server counts the subscriber") { await server.subscribers() == 1 }
-
-        recorder = nil
-        #expect(released == nil, "the store holds its observers weakly")
+        try await Self.observeThenRelease("a", of: store, on: server)
         await eventually(timeout: .seconds(10), "the subscriber leaves the server") { await server.subscribers() == 0 }
         #expect(store.connectionState == .idle)
         #expect(store.cart("a") == nil)
@@ -119,13 +124,7 @@ struct RemoteCartStoreTests {
         let server = try ServerUnderTest(heartbeatInterval: 30, leaseTTL: 60)
         await server.add("a", "seed")
         let store = RemoteCartStore(server: server.url, transport: transport, releaseCheckInterval: .milliseconds(100))
-        var recorder: Recorder? = Recorder()
-        weak let released = recorder
-        store.observers.add(recorder!, carts: .only(["a"]))
-        await eventually("loaded") { released?.isLoaded == true }
-        await eventually("the server counts the subscriber") { await server.subscribers() == 1 }
-
-        recorder = nil
+        try await Self.observeThenRelease("a", of: store, on: server)
         await eventually(timeout: .seconds(3), "the subscriber leaves the server") { await server.subscribers() == 0 }
         await server.stop()
     }
