@@ -64,8 +64,13 @@ final class TestSubscriber: Sendable {
                     group.addTask {
                         while true {
                             try await Task.sleep(for: .milliseconds(100))
-                            if shared.heartbeating.load(ordering: .relaxed) {
+                            // A connection the server closed (a lapsed lease, say) takes no more:
+                            // the heartbeats stop, and the close frame is the test's to read.
+                            guard shared.heartbeating.load(ordering: .relaxed) else { continue }
+                            do {
                                 try await outbound.write(.text(#"{"type":"heartbeat"}"#))
+                            } catch {
+                                return
                             }
                         }
                     }

@@ -147,7 +147,10 @@ final class PostgresBackend: CartStoreBackend {
     /// operator (`lastProblem`, `/stats`) and logged when it is not the one before.
     func storage(_ error: any Error) -> any Error {
         let answer = Self.storage(error, naming: "the database")
-        guard let answer = answer as? CartStoreError else { return answer }
+        // A refusal of the change itself (no such item, a veto) is no problem of the database.
+        guard let answer = answer as? CartStoreError, answer.code == .storeUnavailable || answer.code == .storageFull else {
+            return answer
+        }
         let detailed = Self.storage(error, naming: location.description, withDetail: true)
         noteProblem((detailed as? CartStoreError)?.message ?? answer.message)
         return answer
