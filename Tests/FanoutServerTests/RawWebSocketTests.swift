@@ -206,6 +206,51 @@ struct RawWebSocketTests {
         }
     }
 
+    /// RFC 6455 §5.4 lets any fragment be empty, the first one included: a message of empty
+    /// fragments and one that carries the text is a message like any other.
+    @Test(arguments: ["", #"{"type":"#])
+    func emptyFragmentsAreAccepted(first: String) async throws {
+        try await withServer(Self.quietLeases) { port, _ in
+            let client = try RawWebSocket(port: port)
+            let rest = Array(#"{"type":"subscribe"}"#.utf8.dropFirst(first.utf8.count))
+            let frames = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+                _ = try client.upgrade()
+                _ = try client.next()
+                try client.sendText(first, fin: false)
+                for _ in 0..<3 { try client.send(.init(opcode: 0x0, fin: false, payload: [])) }
+                try client.send(.init(opcode: 0x0, payload: rest))
+                return try client.frames { $0.text.contains(#""type":"snapshot""#) || $0.isError || $0.opcode == 0x8 }
+            }
+            #expect(!frames.contains { $0.isError }, "\(frames.map(\.text))")
+            #expect(frames.last?.text.contains(#""type":"snapshot""#) == true, "the joined subscribe: \(frames.map(\.text))")
+        }
+    }
+
+    /// The bound is on fragments, empty or not: 1 024 make a message, 1 025 are too many (1009,
+    /// as PROTOCOL.md says), not a broken frame (1002).
+    @Test func aThousandAndTwentyFourEmptyFragmentsAreAMessageAndOneMoreIsTooMany() async throws {
+        try await withServer(Self.quietLeases) { port, _ in
+            let client = try RawWebSocket(port: port)
+            let accepted = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+                _ = try client.upgrade()
+                _ = try client.next()
+                try client.sendText("", fin: false)
+                for _ in 0..<(WebSocketTransport.maxFragments - 2) { try client.send(.init(opcode: 0x0, fin: false, payload: [])) }
+                try client.send(.init(opcode: 0x0, payload: Array(#"{"type":"subscribe"}"#.utf8)))
+                return try client.frames { $0.text.contains(#""type":"snapshot""#) || $0.isError || $0.opcode == 0x8 }
+            }
+            #expect(accepted.last?.text.contains(#""type":"snapshot""#) == true, "\(accepted.map(\.text))")
+
+            let refused = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+                try client.sendText("", fin: false)
+                for _ in 0..<WebSocketTransport.maxFragments { try client.send(.init(opcode: 0x0, fin: false, payload: [])) }
+                return try client.frames { $0.opcode == 0x8 }
+            }
+            #expect(refused.contains { $0.isError && $0.text.contains("fragments") })
+            #expect(refused.last?.closeCode == 1009)
+        }
+    }
+
     @Test func aClientCloseIsAnsweredAndTheSubscriberForgotten() async throws {
         try await withServer(Self.quietLeases) { port, server in
             let client = try RawWebSocket(port: port)

@@ -91,9 +91,11 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                         channel.pipeline.syncOperations.removeHandler(lineGuard.value, promise: nil)
                         try channel.pipeline.syncOperations.addHandlers(
                             MaskedFramesOnly(),
-                            // Joins fragmented messages, within the same size limit as one frame.
+                            // Joins fragmented messages, within the same size limit as one frame
+                            // and at most `maxFragments` fragments. Any fragment may be empty
+                            // (RFC 6455 §5.4): the count, not a least size, bounds them.
                             NIOWebSocketFrameAggregator(
-                                minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: WebSocketTransport.maxFragments,
+                                minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: WebSocketTransport.maxFragments,
                                 maxAccumulatedFrameSize: maxSize),
                             WebSocketTransport(endpoint: subscribe, grant: admitted.value ?? .nothing, logger: logger))
                         return .subscriber

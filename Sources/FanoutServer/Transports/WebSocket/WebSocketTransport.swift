@@ -13,14 +13,16 @@ import NIOWebSocket
 /// transport's part is `close(for:)`, which says the reason with its close code, once.
 ///
 /// The frames come from NIO's `WebSocketFrameDecoder` and `NIOWebSocketFrameAggregator`: whole
-/// messages of at most `maxMessageSize` bytes, and control frames.
+/// messages of at most `maxMessageSize` bytes in at most `maxFragments` frames (RFC 6455 lets
+/// any of them be empty), and control frames.
 final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     typealias InboundIn = WebSocketFrame
 
     /// The heartbeat as the fanout clients send it.
     private static let plainHeartbeat = Array(#"{"type":"heartbeat"}"#.utf8)
 
-    /// The most frames one message may arrive in (`NIOWebSocketFrameAggregator`).
+    /// The most frames one message may arrive in (`NIOWebSocketFrameAggregator`), empty ones
+    /// included: the bound on a message's pieces, as `maxMessageSize` is on its bytes.
     static let maxFragments = 1_024
 
     /// How long a close handshake the server started waits for the client's close frame.
