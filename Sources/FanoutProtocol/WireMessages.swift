@@ -34,6 +34,9 @@ public enum ClientMessage: Sendable, Hashable {
         case subscribe, heartbeat, refresh
     }
 
+    /// What a `since` may be, in words, for every message that refuses one.
+    public static let sinceRule = "a whole number from 0 to \(Int64.max)"
+
     /// The message as the JSON text of its WebSocket frame.
     public func jsonText() throws -> String {
         String(decoding: try FanoutJSON.encoder().encode(self), as: UTF8.self)
@@ -136,12 +139,36 @@ extension ClientMessage: Codable {
         case .subscribe:
             self = .subscribe(
                 carts: try container.decodeIfPresent([String].self, forKey: .carts),
-                since: try container.decodeIfPresent(Int64.self, forKey: .since))
+                since: try Self.since(in: container))
         case .heartbeat:
             self = .heartbeat
         case .refresh:
             self = .refresh(token: try container.decode(String.self, forKey: .token))
         }
+    }
+
+    /// A subscription's `since`, when present: a JSON number with a whole value that fits an
+    /// `Int64` (`12`, `12.0` and `1.2e1` are 12). Anything else is the subscription's mistake,
+    /// not an unreadable message: `FanoutError` `invalid_since`, saying what it got. Whether it
+    /// may be negative is the server's check, the same for every transport.
+    private static func since(in container: KeyedDecodingContainer<MessageKeys>) throws -> Int64? {
+        let got: String
+        do {
+            return try container.decodeIfPresent(Int64.self, forKey: .since)
+        } catch DecodingError.typeMismatch {
+            if let text = try? container.decode(String.self, forKey: .since) {
+                got = "the string \(CartLimits.quoted(text))"
+            } else if let flag = try? container.decode(Bool.self, forKey: .since) {
+                got = "\(flag)"
+            } else {
+                got = "a value that is not a number"
+            }
+        } catch {
+            // A number, but a fraction or out of range. A Decimal repeats 38 digits exactly.
+            let number = (try? container.decode(Decimal.self, forKey: .since)).map { "\($0)" }
+            got = number.flatMap { $0.count <= 38 ? $0 : nil } ?? "a number too long to show"
+        }
+        throw FanoutError(.invalidSince, "since must be \(sinceRule) (got \(got))")
     }
 
     public func encode(to encoder: any Encoder) throws {

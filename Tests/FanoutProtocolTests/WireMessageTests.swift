@@ -54,6 +54,36 @@ struct WireMessageTests {
         }
     }
 
+    /// A `since` that is not a whole number from 0 to 2^63−1 is the subscription's mistake, not
+    /// an unreadable message: `invalid_since`, as an event stream's `since` is refused, saying
+    /// what it got. (One past Int64 used to read as "invalid JSON".)
+    @Test(arguments: [
+        ("9223372036854775808", "(got 9223372036854775808)"),
+        ("99999999999999999999999999999999999999999999", "(got a number too long to show)"),
+        ("1e400", "(got a number too long to show)"),
+        ("0.5", "(got 0.5)"),
+        (#""12""#, #"(got the string "12")"#),
+        ("true", "(got true)"),
+        ("[1]", "(got a value that is not a number)"),
+    ])
+    func aSubscribeWithASinceOutsideInt64IsInvalidSince(since: String, got: String) throws {
+        let text = #"{"type":"subscribe","since":\#(since)}"#
+        let error = #expect(throws: FanoutError.self) {
+            try FanoutJSON.decoder().decode(ClientMessage.self, from: Data(text.utf8))
+        }
+        #expect(error?.code == .invalidSince, "\(text)")
+        #expect(error?.message == "since must be a whole number from 0 to 9223372036854775807 \(got)", "\(text)")
+    }
+
+    @Test func aSinceThatIsAWholeNumberReadsAsOne() throws {
+        let cases: [(String, Int64?)] = [("0", 0), ("9223372036854775807", .max), ("12.0", 12), ("1e2", 100), ("-1", -1), ("null", nil)]
+        for (text, since) in cases {
+            let message = try FanoutJSON.decoder().decode(ClientMessage.self, from: Data(#"{"type":"subscribe","since":\#(text)}"#.utf8))
+            // A negative one is the endpoint's to refuse (`invalid_since`, as for a stream).
+            #expect(message == .subscribe(carts: nil, since: since), "\(text)")
+        }
+    }
+
     @Test func identifierRule() {
         #expect(CartLimits.isValidIdentifier("a.B_c-9"))
         #expect(!CartLimits.isValidIdentifier(""))

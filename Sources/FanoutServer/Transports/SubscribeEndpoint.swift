@@ -64,7 +64,7 @@ struct SubscribeEndpoint: Sendable {
     /// The problem with a subscription's fields, if any.
     func validate(carts: [String]?, since: Int64?) -> FanoutError? {
         if let since, since < 0 {
-            return FanoutError(.invalidSince, "since must be ≥ 0 (got \(since))")
+            return FanoutError(.invalidSince, "since must be \(ClientMessage.sinceRule) (got \(since))")
         }
         guard let carts else { return nil }
         if carts.isEmpty {

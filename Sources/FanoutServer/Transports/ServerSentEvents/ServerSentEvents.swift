@@ -70,7 +70,7 @@ enum ServerSentEvents {
         var since: Int64?
         if let (text, name) = resumeAfter {
             guard let value = Int64(text.trimmingCharacters(in: .whitespaces)) else {
-                throw APIError(.invalidSince, "\(name) must be a whole number (got \(text.prefix(40)))", status: .badRequest)
+                throw APIError(.invalidSince, "\(name) must be \(ClientMessage.sinceRule) (got \(text.prefix(40)))", status: .badRequest)
             }
             since = value
         }

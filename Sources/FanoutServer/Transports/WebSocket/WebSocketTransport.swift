@@ -221,6 +221,10 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         let message: ClientMessage
         do {
             message = try FanoutJSON.decoder().decode(ClientMessage.self, from: Data(data.readableBytesView))
+        } catch let error as FanoutError {
+            // A message of the protocol with a value outside its rules (`invalid_since`).
+            send(.error(error))
+            return
         } catch {
             send(.error(FanoutError(.badMessage, "expected {\"type\":\"subscribe\"|\"heartbeat\"|\"refresh\",…}: \(Self.describe(error))")))
             return
