@@ -81,7 +81,8 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
     case binaryNotSupported = "binary_not_supported"
     /// No sign of life (a heartbeat; for a stream, its draining) for the lease.
     case leaseExpired = "lease_expired"
-    /// Fell out of the live ring: resume from the log with `since`.
+    /// Fell out of the live ring, or left the answers to its messages unread: resume from the
+    /// log with `since`.
     case tooSlow = "too_slow"
     /// The subscription's token expired (a WebSocket may `refresh` it before then): reconnect
     /// with a fresh one and resume.

@@ -23,7 +23,7 @@ public enum ClientMessage: Sendable, Hashable {
     /// Start (or restart) the subscription: only `carts` (all when `nil`), resuming after
     /// `since` when given, else from a snapshot.
     case subscribe(carts: [String]?, since: Int64?)
-    /// Renews the lease. Any message renews it; this one does nothing else.
+    /// Renews the lease. Any message of the protocol renews it; this one does nothing else.
     case heartbeat
     /// Hands the server a fresh signed token before the connection's expires: one for the same
     /// `sub`, whose carts cover the subscription's. Nothing answers it; a token refused is an
@@ -118,9 +118,10 @@ public enum ServerMessage: Sendable, Hashable {
 
 /// The close codes the server uses, in the WebSocket application range (4000–4999).
 public enum FanoutCloseCode: UInt16, Sendable, CaseIterable {
-    /// No client message within the lease TTL. Reconnect and resume with `since`.
+    /// No client message of the protocol within the lease TTL. Reconnect and resume with `since`.
     case leaseExpired = 4000
-    /// The subscriber fell too far behind: it read too slowly. Reconnect and resume with `since`.
+    /// The subscriber fell too far behind, or left the answers to its messages unread: it read
+    /// too slowly. Reconnect and resume with `since`.
     case tooSlow = 4001
     /// The server has its maximum number of subscribers. Retry later.
     case serverFull = 4002

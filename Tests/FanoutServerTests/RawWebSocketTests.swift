@@ -290,25 +290,49 @@ struct RawWebSocketTests {
     }
 }
 
-/// The WebSocket transport on an `EmbeddedChannel`: the test decides when the connection has room.
+/// The WebSocket transport on an `EmbeddedChannel`: the test decides when the connection has
+/// room, and what time it is.
 @Suite("WebSocket transport")
 struct WebSocketTransportTests {
-    @Test func aPingFloodFromAClientThatDoesNotReadCostsOnePendingPong() async throws {
+    /// A transport welcomed on a fresh channel (its welcome already read), and its hub.
+    static func transport(leaseTTL: TimeAmount = .seconds(60)) async throws -> (EmbeddedChannel, FanoutHub) {
         let channel = EmbeddedChannel()
         let store = try CartStore.inMemory()
         var logger = Logger(label: "transport-test")
         logger.logLevel = .critical
-        let hub = FanoutHub(store: store, latestSeq: 0, logger: logger)
-        var configuration = ServerConfiguration()
-        configuration.leaseTTL = .seconds(60)
+        let hub = FanoutHub(store: store, latestSeq: 0, settings: .init(leaseTTL: leaseTTL), logger: logger)
         let endpoint = SubscribeEndpoint(
-            hub: hub, configuration: configuration, hosts: HostPolicy(listeningOn: "127.0.0.1", allowedHosts: []),
+            hub: hub, configuration: ServerConfiguration(), hosts: HostPolicy(listeningOn: "127.0.0.1", allowedHosts: []),
             access: AccessPolicy(token: nil, tokenKeys: nil, allowedOrigins: []))
         try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
         try channel.pipeline.syncOperations.addHandlers(
             WebSocketFrameEncoder(), WebSocketTransport(endpoint: endpoint, grant: .operator, logger: logger))
         _ = try channel.readOutbound(as: ByteBuffer.self)  // the welcome
+        return (channel, hub)
+    }
 
+    /// A client's text frame, masked as a client sends it.
+    static func text(_ text: String) -> WebSocketFrame {
+        var payload = ByteBuffer(string: text)
+        payload.webSocketMask([1, 2, 3, 4])
+        return WebSocketFrame(fin: true, opcode: .text, maskKey: [1, 2, 3, 4], data: payload)
+    }
+
+    /// Every frame the transport wrote since the last call, in order.
+    static func written(_ channel: EmbeddedChannel) throws -> [RawWebSocket.Frame] {
+        var bytes: [UInt8] = []
+        while let buffer = try channel.readOutbound(as: ByteBuffer.self) { bytes += buffer.readableBytesView }
+        var frames: [RawWebSocket.Frame] = []
+        while let (payload, used) = StalledClient.frame(in: bytes) {
+            frames.append(.init(opcode: bytes[0] & 0x0F, fin: bytes[0] & 0x80 != 0, payload: payload))
+            bytes.removeFirst(used)
+        }
+        #expect(bytes.isEmpty, "whole frames only")
+        return frames
+    }
+
+    @Test func aPingFloodFromAClientThatDoesNotReadCostsOnePendingPong() async throws {
+        let (channel, hub) = try await Self.transport()
         channel.isWritable = false
         for index in 0..<10_000 {
             // Masked, as a client sends it.
@@ -325,5 +349,59 @@ struct WebSocketTransportTests {
         #expect(try channel.readOutbound(as: ByteBuffer.self) == nil, "and only it")
         #expect(hub.stats.subscribers == 1)
         _ = try? channel.finish()
+    }
+
+    /// The answers owed to a client that sends and never reads (a `bad_message` error each, here)
+    /// are bounded like its pongs: at most 16 KiB of them wait beyond the connection's high-water
+    /// mark, and the one past that ends it as too slow (4001). A million such messages used to
+    /// queue a million answers, 359 MiB, on a connection that never ended.
+    @Test func answersOwedToAClientThatDoesNotReadAreBoundedThenItEndsAsTooSlow() async throws {
+        let (channel, hub) = try await Self.transport()
+        // With room, every message is answered, however many.
+        for _ in 0..<500 { try channel.writeInbound(Self.text(#"{"type":"nope"}"#)) }
+        #expect(try Self.written(channel).filter(\.isError).count == 500)
+        // Without room, some answers wait, and the bound starts again once the connection drains.
+        for _ in 0..<2 {
+            channel.isWritable = false
+            for _ in 0..<50 { try channel.writeInbound(Self.text(#"{"type":"nope"}"#)) }
+            channel.isWritable = true
+            channel.pipeline.fireChannelWritabilityChanged()
+        }
+        #expect(try Self.written(channel).filter(\.isError).count == 100)
+        #expect(hub.stats.subscribers == 1)
+
+        channel.isWritable = false
+        for _ in 0..<10_000 { try channel.writeInbound(Self.text(#"{"type":"nope"}"#)) }
+        let written = try Self.written(channel)
+        let answers = written.filter(\.isError)
+        #expect(answers.reduce(0) { $0 + $1.payload.count + 2 } <= 16 * 1_024, "\(answers.count) answers waiting")
+        #expect(written.last?.closeCode == Int(FanoutCloseCode.tooSlow.rawValue), "then the close frame, and nothing after it")
+        #expect(written.count == answers.count + 1)
+        #expect(hub.stats.ended["tooSlow"] == 1)
+        #expect(hub.stats.subscribers == 0)
+        // Once the connection is gone, nothing of it is held.
+        weak let transport = try channel.pipeline.syncOperations.handler(type: WebSocketTransport.self)
+        _ = try? channel.finish()
+        #expect(transport == nil)
+        #expect(hub.stats.connections == 0)
+    }
+
+    /// A sign of life is a message of the protocol: a client that only sends what the server
+    /// cannot read (`bad_message`) lets its lease lapse, as a silent one does.
+    @Test func badMessagesDoNotRenewTheLease() async throws {
+        let (flooding, floodingHub) = try await Self.transport(leaseTTL: .seconds(10))
+        let (heartbeating, heartbeatingHub) = try await Self.transport(leaseTTL: .seconds(10))
+        for _ in 0..<10 {
+            flooding.embeddedEventLoop.advanceTime(by: .seconds(2))
+            heartbeating.embeddedEventLoop.advanceTime(by: .seconds(2))
+            try flooding.writeInbound(Self.text(#"{"type":"nope"}"#))
+            try heartbeating.writeInbound(Self.text(#"{"type":"heartbeat"}"#))
+        }
+        #expect(try Self.written(flooding).last?.closeCode == Int(FanoutCloseCode.leaseExpired.rawValue))
+        #expect(floodingHub.stats.ended["leaseExpired"] == 1)
+        #expect(try Self.written(heartbeating).isEmpty)
+        #expect(heartbeatingHub.stats.subscribers == 1)
+        _ = try? flooding.finish()
+        _ = try? heartbeating.finish()
     }
 }

@@ -1,3 +1,4 @@
+import FanoutProtocol
 import FanoutTestSupport
 import Foundation
 import NIOWebSocket
@@ -7,6 +8,10 @@ import Testing
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
+#endif
+
+#if canImport(Glibc)
+    import Glibc
 #endif
 
 @Suite("fanout-server process", .timeLimit(.minutes(2)))
@@ -97,6 +102,61 @@ struct ServerProcessTests {
         await resumed.close()
         second.signal(SIGTERM)
         #expect(await second.waitForExit() == 0)
+    }
+
+    /// Bytes of `field` (`VmRSS`, `VmHWM`: its peak) in a process's /proc status.
+    static func memory(_ field: String, of pid: Int32) throws -> Int {
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("\(field):") })
+        return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])) * 1_024
+    }
+
+    /// A client that floods messages the server cannot read and never reads the answers, behind
+    /// a small receive buffer: once the answers fill what the kernels hold and the connection's
+    /// 64 KiB, at most 16 KiB more wait, then the connection ends as too slow (4001), its close
+    /// frame after the answers that did wait. The server's memory barely moves. Every answer used
+    /// to wait in the server until the connection closed, which it never did (34 MiB of resident
+    /// memory for these 100 000, which glibc then kept).
+    ///
+    /// A process of its own: the flood keeps its event loop busy, which in-process would hold up
+    /// the servers of the tests running beside it.
+    @Test func aClientFloodingBadMessagesWithoutReadingEndsAsTooSlowAndCostsLittleMemory() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path])
+        let pid = server.process.processIdentifier
+        let port = server.port
+        let client = try RawWebSocket(port: port, receiveBuffer: 2_048)
+        let before = try await StalledClient.blocking { () throws -> Int in
+            _ = try client.upgrade()
+            return try Self.memory("VmRSS", of: pid)
+        }
+        try await StalledClient.blocking {
+            // 100 000 answers held would be 14 MB of payload alone.
+            for _ in 0..<100_000 { try client.sendText(#"{"type":"nope"}"#) }
+        }
+        /// Waits until `/stats` says `condition`.
+        func stats(_ what: String, _ condition: ([String: Any]) -> Bool) async {
+            await eventually(timeout: .seconds(60), what) {
+                let data = try? await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/stats")!).0
+                return condition(data.flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] } ?? [:])
+            }
+        }
+        // The server reads the messages more slowly than they were sent: reading the answers
+        // before it has ended the connection would give it room again.
+        await stats("the subscriber ended as too slow") { ($0["ended"] as? [String: Any])?["tooSlow"] as? Int == 1 }
+        // Only now read: what waited, then the close frame.
+        let frames = try await StalledClient.blocking { try client.frames { $0.opcode == 0x8 } }
+        #expect(frames.last?.closeCode == Int(FanoutCloseCode.tooSlow.rawValue), "after \(frames.filter(\.isError).count) answers")
+        try await StalledClient.blocking { try client.send(.init(opcode: 0x8, payload: [0x03, 0xE8])) }
+        await stats("the connection closed") { $0["connections"] as? Int == 0 }
+        let peak = try Self.memory("VmHWM", of: pid) - before
+        let after = try Self.memory("VmRSS", of: pid) - before
+        #expect(peak < 16 << 20, "the server's resident memory rose by \(peak >> 10) KiB at its peak")
+        #expect(after < 8 << 20, "and is \(after >> 10) KiB above where it was once the connection closed")
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
     }
 
     @Test func badCommandLinesExitNonZeroWithAMessage() async throws {

@@ -7,7 +7,9 @@ import FanoutProtocol
 enum EndReason: Sendable, Hashable {
     /// Its lease lapsed: no sign of life within the lease TTL.
     case leaseExpired
-    /// It fell out of the live ring: it reads too slowly. It resumes from the log with `since`.
+    /// It fell out of the live ring, or (a WebSocket) would be owed more answers to its messages
+    /// than `WebSocketTransport.maxAnswersOwed`: it reads too slowly. It resumes from the log
+    /// with `since`.
     case tooSlow
     /// The server already has its maximum of subscribers.
     case serverFull

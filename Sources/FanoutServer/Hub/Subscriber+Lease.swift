@@ -3,7 +3,8 @@ import NIOCore
 /// Where a lease expires.
 ///
 /// A subscriber's lease is renewed by every sign of life from its peer (`renewLease()`: any
-/// WebSocket message; for an event stream, whose client never speaks, its connection draining).
+/// WebSocket message of the protocol, not one answered `bad_message`; for an event stream, whose
+/// client never speaks, its connection draining).
 /// One timer per subscriber, on its event loop, fires when the lease would lapse; if the lease
 /// was renewed meanwhile it is set again for the new deadline, otherwise the subscriber ends
 /// with `.leaseExpired`. So a healthy subscriber costs one timer firing per TTL

@@ -7,10 +7,14 @@ import NIOWebSocket
 /// A `/subscribe` WebSocket after the upgrade: the transport of one `Subscriber`, driven by its
 /// event loop with no task per connection.
 ///
-/// It reads the client's messages (each renews the lease), turns `subscribe` into
-/// `Subscriber.subscribe`, answers pings and the close handshake, and writes what the hub gives
-/// it below NIO's frame encoder (`WebSocketFrames`). Endings go through `Subscriber.end`; this
-/// transport's part is `close(for:)`, which says the reason with its close code, once.
+/// It reads the client's messages (each of the protocol's renews the lease), turns `subscribe`
+/// into `Subscriber.subscribe`, answers pings and the close handshake, and writes what the hub
+/// gives it below NIO's frame encoder (`WebSocketFrames`). Endings go through `Subscriber.end`;
+/// this transport's part is `close(for:)`, which says the reason with its close code, once.
+///
+/// What it owes a client that does not read is bounded: one pong, and `maxAnswersOwed` bytes of
+/// answers (error messages) beyond the connection's high-water mark; an answer past those ends
+/// the subscriber as too slow.
 ///
 /// The frames come from NIO's `WebSocketFrameDecoder` and `NIOWebSocketFrameAggregator`: whole
 /// messages of at most `maxMessageSize` bytes in at most `maxFragments` frames (RFC 6455 lets
@@ -24,6 +28,12 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     /// The most frames one message may arrive in (`NIOWebSocketFrameAggregator`), empty ones
     /// included: the bound on a message's pieces, as `maxMessageSize` is on its bytes.
     static let maxFragments = 1_024
+
+    /// The most bytes of answers (error messages) written while the connection has no room,
+    /// since it last drained: about a hundred `bad_message` errors. The answer past them ends
+    /// the subscriber as too slow (4001): a client that sends and never reads cannot make the
+    /// server hold its answers without end.
+    static let maxAnswersOwed = 16 * 1_024
 
     /// How long a close handshake the server started waits for the client's close frame.
     static let closeTimeout = TimeAmount.seconds(15)
@@ -50,6 +60,9 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     /// drains. Older ones are skipped, as RFC 6455 §5.5.3 allows, so a ping flood from a client
     /// that does not read costs one pong, not one per ping.
     private var pendingPong: ByteBuffer?
+    /// Bytes of answers written while the connection had no room, since it last drained: at
+    /// most `maxAnswersOwed`.
+    private var answersOwed = 0
     /// The client sent its close frame: answer with a close frame, nothing else.
     private var answeringClose = false
     /// `refresh` tokens not yet verified, oldest first: the first is being verified (one at a
@@ -105,13 +118,14 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
                 case .binaryMessage: (.policyViolation, FanoutError(.binaryNotSupported, "send JSON text frames, not binary"))
                 case .invalidText: (.dataInconsistentWithMessage, FanoutError(.badFrame, "text frames must be valid UTF-8"))
                 }
-            if !answeringClose { send(.error(error)) }
+            // Within what a client that does not read may be owed; the close code says it anyway.
+            if !answeringClose { _ = write(answer: .error(error)) }
             startClosing(code: code, reason: nil, closeNow: true)
         case .leaseExpired, .tooSlow, .serverFull, .shuttingDown, .failed, .tokenExpired:
             guard let error = reason.error(resume: "since"), let code = error.code.closeCode else { return }
             // The close frame's reason says it (123 bytes at most); a store failure is worth an
             // error message too.
-            if reason == .failed { send(.error(error)) }
+            if reason == .failed { _ = write(answer: .error(error)) }
             startClosing(code: .init(codeNumber: code), reason: String(error.message.utf8.prefix(123)) ?? error.code.rawValue)
         }
     }
@@ -123,7 +137,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         channel = context.channel
         guard context.channel.isActive else { return }
         wire = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
-        if let welcome = connection.open(context.channel, for: self, grant: grant) { send(welcome) }
+        if let welcome = connection.open(context.channel, for: self, grant: grant) { _ = write(answer: welcome) }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -146,7 +160,6 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
         }
         switch frame.opcode {
         case .text:
-            subscriber.renewLease()
             received(frame.unmaskedData, from: subscriber)
         case .binary:
             subscriber.renewLease()
@@ -165,6 +178,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable {
+            answersOwed = 0
             if let pong = pendingPong {
                 pendingPong = nil
                 write(pong)
@@ -211,10 +225,11 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
 
     // MARK: Messages
 
-    /// A whole text message from the client.
+    /// A whole text message from the client. A message of the protocol renews the lease, refused
+    /// or not; one that is not (`bad_message`) is no sign of life.
     private func received(_ data: ByteBuffer, from subscriber: Subscriber) {
         // Most messages are this exact heartbeat: skip the JSON decoder (on the event loop).
-        if data.readableBytesView.elementsEqual(Self.plainHeartbeat) { return }
+        if data.readableBytesView.elementsEqual(Self.plainHeartbeat) { return subscriber.renewLease() }
         guard String(validating: data.readableBytesView, as: UTF8.self) != nil else {
             return subscriber.end(.violation(.invalidText))
         }
@@ -223,28 +238,29 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
             message = try FanoutJSON.decoder().decode(ClientMessage.self, from: Data(data.readableBytesView))
         } catch let error as FanoutError {
             // A message of the protocol with a value outside its rules (`invalid_since`).
-            send(.error(error))
-            return
+            subscriber.renewLease()
+            return answer(.error(error), to: subscriber)
         } catch {
-            send(.error(FanoutError(.badMessage, "expected {\"type\":\"subscribe\"|\"heartbeat\"|\"refresh\",…}: \(Self.describe(error))")))
-            return
+            let problem = FanoutError(
+                .badMessage, "expected {\"type\":\"subscribe\"|\"heartbeat\"|\"refresh\",…}: \(Self.describe(error))")
+            return answer(.error(problem), to: subscriber)
         }
+        subscriber.renewLease()
         switch message {
         case .heartbeat:
             break
         case .subscribe(let carts, let since):
             guard subscriber.phase == .connected else {
-                send(.error(FanoutError(.alreadySubscribed, "this connection is already subscribed; open another to change the carts")))
-                return
+                let problem = FanoutError(.alreadySubscribed, "this connection is already subscribed; open another to change the carts")
+                return answer(.error(problem), to: subscriber)
             }
             if let problem = endpoint.validate(carts: carts, since: since) {
-                send(.error(problem))
-                return
+                return answer(.error(problem), to: subscriber)
             }
             do {
                 subscriber.subscribe(carts: try subscriber.grant.readable(carts.map(Set.init)), since: since)
             } catch {
-                send(.error(error))
+                answer(.error(error), to: subscriber)
             }
         case .refresh(let token):
             refresh(subscriber, with: token)
@@ -255,12 +271,11 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
     /// an error message, and the subscription goes on until the old token's `exp`.
     private func refresh(_ subscriber: Subscriber, with token: String) {
         guard endpoint.access.tokenKeys != nil else {
-            send(.error(FanoutError(.invalidToken, "this server takes no signed tokens")))
-            return
+            return answer(.error(FanoutError(.invalidToken, "this server takes no signed tokens")), to: subscriber)
         }
         guard refreshes.count <= Self.maxRefreshesWaiting else {
-            send(.error(FanoutError(.badMessage, "too many refreshes waiting to be checked: send one at a time")))
-            return
+            let problem = FanoutError(.badMessage, "too many refreshes waiting to be checked: send one at a time")
+            return answer(.error(problem), to: subscriber)
         }
         refreshes.append(token)
         if refreshes.count == 1 { verifyNextRefresh(of: subscriber) }
@@ -286,7 +301,7 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
                     case .success(let grant): subscriber.refresh(with: grant)
                     case .failure(let error): error
                     }
-                if let problem { transport.send(.error(problem)) }
+                if let problem { transport.answer(.error(problem), to: subscriber) }
                 transport.refreshes.removeFirst()
                 transport.verifyNextRefresh(of: subscriber)
             }
@@ -329,10 +344,25 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
 
     // MARK: Writing
 
-    private func send(_ message: ServerMessage) {
-        guard case .open = state else { return }
-        write(WebSocketFrames.text(ServerEncoding.encode(message)))
+    /// Writes a message of the transport's own (the welcome, an error), not the hub's. While
+    /// the connection has no room, at most `maxAnswersOwed` bytes of them are queued; returns
+    /// false, writing nothing, for one past that.
+    private func write(answer message: ServerMessage) -> Bool {
+        guard case .open = state else { return true }
+        let frame = WebSocketFrames.text(ServerEncoding.encode(message))
+        if !isWritable {
+            guard answersOwed + frame.readableBytes <= Self.maxAnswersOwed else { return false }
+            answersOwed += frame.readableBytes
+        }
+        write(frame)
         flush()
+        return true
+    }
+
+    /// Answers a client's message; a client that has stopped reading its answers ends as too
+    /// slow, with what it is owed bounded.
+    private func answer(_ message: ServerMessage, to subscriber: Subscriber) {
+        if !write(answer: message) { subscriber.end(.tooSlow) }
     }
 
     // MARK: Closing
