@@ -104,7 +104,7 @@ struct HTTPAPITests {
         ("/carts/ghost", .delete, "", .notFound, "cart_not_found"),
         ("/carts/ghost/items/a", .patch, #"{"quantity":1}"#, .notFound, "cart_not_found"),
         ("/nowhere", .get, "", .notFound, "not_found"),
-        ("/events?since=abc", .get, "", .badRequest, "malformed_request"),
+        ("/events?since=abc", .get, "", .unprocessableContent, "invalid_since"),
         ("/events?since=99", .get, "", .conflict, "since_ahead"),
         ("/events?limit=0", .get, "", .unprocessableContent, "invalid_limit"),
     ])

@@ -21,7 +21,14 @@ struct EventsController: Sendable {
     /// 401 `invalid_token`.
     @Sendable func events(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let query = request.uri.queryParameters
-        let since = try Self.integer(query.get("since"), name: "since") ?? 0
+        // Whatever is wrong with `since` is `invalid_since`, as on a WebSocket and a stream.
+        let since: Int64 =
+            try query.get("since").map { text -> Int64 in
+                guard let value = Int64(text) else {
+                    throw APIError(.invalidSince, "since must be \(ClientMessage.sinceRule) (got \(text.prefix(40)))")
+                }
+                return value
+            } ?? 0
         let limit = try Self.integer(query.get("limit"), name: "limit").map(Int.init) ?? 100
         // Only the carts the credential may see: an explicit `carts` naming another is 403.
         let carts = try context.grant.readable(query.get("carts").map { Set($0.split(separator: ",").map(String.init)) })
