@@ -3,7 +3,7 @@ import Foundation
 
 /// `fanout-server token`: prints a signed token for one user, HS256 with the server's
 /// `--jwt-secret`, for development, tests and scripts. A shop's backend mints its own the same
-/// way (see the README).
+/// way (see docs/OPERATING.md).
 struct TokenCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "token",

@@ -15,7 +15,7 @@ import ServiceLifecycle
 /// has delivered the log up to its own commit.
 ///
 /// Every use of the database ends by a deadline (`PostgresConnections`), so every caller is
-/// answered within the README's 5 s, whatever the database does: a change's callers are told it
+/// answered within the 5 s docs/OPERATING.md promises, whatever the database does: a change's callers are told it
 /// was made, that nothing was written, or, when the COMMIT went out and no answer came back,
 /// that it may or may not have been made.
 final class PostgresBackend: CartStoreBackend {

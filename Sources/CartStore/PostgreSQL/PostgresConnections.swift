@@ -16,7 +16,7 @@ struct PostgresConnections: Sendable {
 
     /// How long one use of the database may take, from asking for a connection to the last
     /// row. Far above a healthy server's time, even a loaded one's; low enough that a caller
-    /// hears within the README's 5 s (503 `store_unavailable` while the database is away).
+    /// hears within the 5 s docs/OPERATING.md promises (503 `store_unavailable` while the database is away).
     static let timeout: Duration = .seconds(4)
 
     /// Runs `body` on a pooled connection and returns what it returns, or throws
