@@ -132,8 +132,8 @@ enum Mechanism: CaseIterable {
         let observers = (0..<n).map { _ in CountingObserver() }
         switch self {
         case .observerSet:
-            // Exactly what the store does after each commit.
-            let set = store.observers
+            // Exactly what the store does for its `CartStoreObserver`s after each commit.
+            let set = ObserverSet()
             for observer in observers { set.add(observer) }
             return DeliveryFixture(
                 deliver: { iterations in
