@@ -87,8 +87,9 @@ final class CartFeed: Sendable {
     ) async {
         var pause = Duration.milliseconds(100)
         while true {
-            // Stop once the observer is gone, removed, or registered again (with a new feed).
-            guard let observer = hold.observer, followers.interest(of: observer) === self,
+            // Stop once the observer is gone, removed, or registered again (with a new feed). It
+            // is not held across the read: released meanwhile, it is gone at once.
+            guard hold.observer.map({ followers.interest(of: $0) === self }) == true,
                 let store = storeNow(), !store.observers.isClosed
             else { return }
             let snapshot: CartSnapshot
@@ -102,6 +103,7 @@ final class CartFeed: Sendable {
             pause = .milliseconds(100)
             await afterRead()
             guard let told = load(snapshot) else { continue }
+            guard let observer = hold.observer else { return }
             let isMine: (CartFeed) -> Bool = { [self] in $0 === self }
             switch told {
             case .loaded(let carts):
