@@ -192,7 +192,7 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
                     sawDead = true
                     continue
                 }
-                Self.deliver(to: registration, observer, body)
+                Self.deliver(registration.interest, to: registration, observer, body)
             }
             return sawDead
         }
@@ -216,7 +216,7 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
                     sawDead = true
                     continue
                 }
-                Self.deliver(to: registration, observer) { observer, _ in body(observer, value) }
+                Self.deliver(value, to: registration, observer, body)
             }
             return sawDead
         }
@@ -236,7 +236,7 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
         let id = Reference.identity(of: observer)
         let registration = state.withLockedValue { state in state.slotByID[id].map { state.registrations[$0] } }
         guard let registration, include(registration.interest), let live = registration.liveObserver else { return }
-        Self.deliver(to: registration, live) { observer, _ in body(observer) }
+        Self.deliver((), to: registration, live) { observer, _ in body(observer) }
     }
 
     /// The interest `observer` was added with, while it is alive and in the set.
@@ -248,18 +248,21 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
         }
     }
 
+    /// Calls `body` with `value` for one registration, now or on its queue. Generic over the
+    /// value rather than wrapping `body` in a closure of its own: a synchronous delivery then
+    /// allocates nothing.
     @inline(__always)
-    private static func deliver(
-        to registration: Registration, _ observer: Observer, _ body: @escaping @Sendable (Observer, Reference.Interest) -> Void
+    private static func deliver<Value: Sendable>(
+        _ value: Value, to registration: Registration, _ observer: Observer, _ body: @escaping @Sendable (Observer, Value) -> Void
     ) {
         if let queue = registration.queue {
             queue.async {
                 if let observer = registration.liveObserver {
-                    registration.call(observer) { body($0, registration.interest) }
+                    registration.call(observer) { body($0, value) }
                 }
             }
         } else {
-            registration.call(observer) { body($0, registration.interest) }
+            registration.call(observer) { body($0, value) }
         }
     }
 
