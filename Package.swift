@@ -204,10 +204,11 @@ let package = Package(
             ]
         ),
         // What an iOS developer writes first (Swift 6 language mode, nothing added): a
-        // `@MainActor` view model observing a server's carts, an `@Observable` view of a cart.
+        // `@MainActor` view model observing a server's carts, or a local store's through the same
+        // protocol, and an `@Observable` view of a cart.
         .testTarget(
             name: "AppTests",
-            dependencies: ["FanoutClient", "FanoutTestSupport", "FanoutServer"]
+            dependencies: ["FanoutClient", "CartStore", "FanoutTestSupport", "FanoutServer"]
         ),
         .testTarget(
             name: "FanoutServerTests",

@@ -101,14 +101,12 @@ extension CartStore {
 
     /// Asks the validators about a change, inside the engine's transaction; a throw refuses it.
     func validate(_ proposal: CartChangeProposal) throws {
-        try observers.forEachNow { try $0.cartStore(self, validate: proposal) }
+        try observers.validate(proposal, store: self)
     }
 
     /// Delivers a committed event to the observers. Engines call it once per event, in seq
     /// order, without touching the database meanwhile.
     func deliver(_ event: CartEvent) {
-        observers.notify { [self] observer in
-            observer.cartStore(self, didCommit: event)
-        }
+        observers.deliver(event, from: self)
     }
 }

@@ -16,10 +16,13 @@ import ServiceLifecycle
 /// database delivers every commit, its own and the others'). Invalid input and vetoed changes
 /// throw a `CartStoreError` (or the validator's error) and write nothing.
 ///
+/// Its carts are observed as a `RemoteCartStore`'s are: a `CartObserver` added with
+/// `observers.add(_:carts:queue:)` is told its carts' state, then every later change of them.
+///
 /// The API is `async`: changes and large reads wait without holding a thread (small reads of
 /// SQLite, tens of microseconds, run on the caller's thread: `SmallReaders`), and an observer
 /// callback, which is synchronous, cannot call back into the store while the store is writing.
-public final class CartStore: Sendable {
+public final class CartStore: CartSource {
     /// What a successful return promises about surviving crashes.
     public enum Durability: Sendable {
         /// Every commit is synced to disk before it returns: survives power loss.
@@ -29,8 +32,13 @@ public final class CartStore: Sendable {
         case normal
     }
 
-    /// The observers of this store, held weakly. Add yours with `observers.add(_:queue:)`.
-    public let observers = ObserverSet()
+    /// The observers of this store, held weakly: `CartObserver`s, added with
+    /// `observers.add(_:carts:queue:)`, and the low-level `CartStoreObserver`s.
+    public let observers: Observers
+
+    /// The most commits that wait for one `CartObserver` while its carts' state is read; past
+    /// it they are dropped and the state read again (`Observers.add(_:carts:queue:)`).
+    public static let followerBufferLimit = 1_024
 
     /// The storage engine: what keeps the rows and the log, and commits.
     let backend: any CartStoreBackend
@@ -65,6 +73,8 @@ public final class CartStore: Sendable {
     init(backend: any CartStoreBackend, runsItsServices: Bool = true) {
         self.backend = backend
         servicesRunElsewhere = !runsItsServices
+        observers = Observers()
+        observers.attach(to: self)
         // The engine gets a sink, not the store: it holds the store weakly. Before its services
         // run, so that nothing they deliver is missed.
         backend.start(delivering: EventSink { [weak self] event in self?.deliver(event) })
@@ -159,9 +169,16 @@ public final class CartStore: Sendable {
     /// The names of the schema migrations this build carries, in the order they apply.
     public static var schemaMigrations: [String] { Schema.migrations.map(\.name) }
 
+    /// A local store's carts are its own: `live` until `close()`, then `closed`.
+    public var connectionState: CartConnectionState {
+        observers.isClosed ? .closed : .live
+    }
+
     /// Closes the database. Later calls fail; pending writes have finished when this returns.
+    /// Every `CartObserver` is told `closed` (on its queue, its last callback).
     public func close() throws {
         ownServices.withLockedValue { $0?.cancel() }
+        defer { observers.close(store: self) }
         try backend.close()
     }
 }

@@ -1,8 +1,9 @@
 import FanoutProtocol
 import Observation
 
-/// Carts of a `RemoteCartStore` as a SwiftUI view reads them: an `@Observable` object on the
-/// main actor whose `carts`, `connection` and refusals change as the store's callbacks come.
+/// Carts of a `CartSource` — a `RemoteCartStore`, or an in-process `CartStore` — as a SwiftUI
+/// view reads them: an `@Observable` object on the main actor whose `carts`, `connection` and
+/// refusals change as the store's callbacks come.
 ///
 /// ```swift
 /// @State private var basket = ObservedCarts(store, carts: .only(["alice"]))
@@ -13,7 +14,7 @@ import Observation
 /// model); released, it drops out, and the store stops fetching carts nobody else wants.
 @MainActor
 @Observable
-public final class ObservedCarts: MainActorRemoteCartObserver {
+public final class ObservedCarts: MainActorCartObserver {
     /// The carts it follows.
     public let selection: CartSelection
     /// Its carts as they are now, by id (those the server refused are absent); empty until
@@ -22,15 +23,15 @@ public final class ObservedCarts: MainActorRemoteCartObserver {
     /// Whether the store has told it its carts' state yet.
     public private(set) var isLoaded = false
     /// The store's connection.
-    public private(set) var connection: RemoteCartStore.ConnectionState
+    public private(set) var connection: CartConnectionState
     /// Carts the server refused to the store's credentials, and why.
     public private(set) var refused: [String: RemoteStoreError] = [:]
     /// Why the carts were last replaced by a snapshot instead of receiving the events they
     /// missed; nil if they never were.
     public private(set) var lastResync: ResyncReason?
 
-    /// Follows `carts` of `store` from now on.
-    public init(_ store: RemoteCartStore, carts: CartSelection = .all) {
+    /// Follows `carts` of `store` (a `RemoteCartStore` or a `CartStore`) from now on.
+    public init(_ store: some CartSource, carts: CartSelection = .all) {
         selection = carts
         connection = store.connectionState
         store.observers.add(self, carts: carts)
@@ -44,12 +45,12 @@ public final class ObservedCarts: MainActorRemoteCartObserver {
     /// Its cart, when it follows one (`.only(["alice"])`).
     public var cart: Cart? { carts.count == 1 ? carts[0] : nil }
 
-    public func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) {
+    public func cartSource(_ source: any CartSource, didLoad carts: [Cart]) {
         self.carts = carts
         isLoaded = true
     }
 
-    public func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+    public func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {
         if let index = carts.firstIndex(where: { $0.id == cart.id }) {
             carts[index] = cart
         } else {
@@ -58,16 +59,16 @@ public final class ObservedCarts: MainActorRemoteCartObserver {
         }
     }
 
-    public func remoteStore(_ store: RemoteCartStore, didResync carts: [Cart], because reason: ResyncReason) {
+    public func cartSource(_ source: any CartSource, didResync carts: [Cart], because reason: ResyncReason) {
         self.carts = carts
         lastResync = reason
     }
 
-    public func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {
+    public func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState) {
         connection = state
     }
 
-    public func remoteStore(_ store: RemoteCartStore, didRefuse carts: [String], because error: RemoteStoreError) {
+    public func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {
         for id in carts { refused[id] = error }
     }
 }

@@ -20,50 +20,10 @@ import WeakObservers
 /// When observers ask for carts the replica does not hold, the store reads their current state
 /// over HTTP and resubscribes (a new connection, resumed from the replica's seq): carts that
 /// stay observed lose and repeat nothing.
-public final class RemoteCartStore: Sendable {
-    /// The connection to the server, as observers are told of it.
-    public enum ConnectionState: Sendable, Hashable, CustomStringConvertible {
-        /// No observer: no connection.
-        case idle
-        case connecting
-        /// Subscribed: events arrive as they are committed.
-        case live
-        /// The connection ended, or could not be made (why, typed); the store tries again with
-        /// a backoff (0.1 s doubling to 5 s, with jitter) and resumes where it stood.
-        case reconnecting(ConnectionProblem)
-        /// The server refused the credentials (or every cart wanted): the store asks again
-        /// after `FanoutSubscription.refusalPause`, or at once when observers change or a
-        /// token provider has a new token. A cart refused to one observer while others are
-        /// served is that observer's (`RemoteCartObserver.remoteStore(_:didRefuse:because:)`).
-        case refused(RemoteStoreError)
-        /// The store was closed (`RemoteCartStore/close()`): no connection, and no callback after
-        /// this one.
-        case closed
-
-        public static func == (lhs: ConnectionState, rhs: ConnectionState) -> Bool {
-            switch (lhs, rhs) {
-            case (.idle, .idle), (.connecting, .connecting), (.live, .live), (.closed, .closed): true
-            case (.reconnecting(let a), .reconnecting(let b)): a == b
-            case (.refused(let a), .refused(let b)): a.description == b.description
-            default: false
-            }
-        }
-
-        public func hash(into hasher: inout Hasher) {
-            hasher.combine(String(describing: self))
-        }
-
-        public var description: String {
-            switch self {
-            case .idle: "idle"
-            case .connecting: "connecting"
-            case .live: "live"
-            case .reconnecting(let problem): "reconnecting (\(problem))"
-            case .refused(let error): "refused (\(error))"
-            case .closed: "closed"
-            }
-        }
-    }
+public final class RemoteCartStore: CartSource {
+    /// The connection to the server, as observers are told of it (`CartConnectionState`,
+    /// shared with `CartStore`).
+    public typealias ConnectionState = CartConnectionState
 
     /// The server's HTTP API: typed writes (`addItem`, `setQuantity`, `removeItem`, `clear`)
     /// and reads of the carts as they are on the server.
@@ -160,8 +120,9 @@ public final class RemoteCartStore: Sendable {
 }
 
 extension RemoteCartStore {
-    /// The weak observers of a `RemoteCartStore`, each with the carts it wants.
-    public final class Observers: Sendable {
+    /// The weak observers of a `RemoteCartStore`, each with the carts it wants: `CartObserver`s,
+    /// as a `CartStore`'s are.
+    public final class Observers: CartObserverSet {
         let registry = WeakObserverSet<WeakRemoteCartObserver>()
         private let replica: Replica
         private let interestChanged: @Sendable () -> Void
@@ -180,7 +141,7 @@ extension RemoteCartStore {
         ///   - carts: the carts it wants: `.only([...])`, or `.all`.
         ///   - queue: a serial queue to call it on, in order; `nil` calls it on the store's
         ///     receiving task.
-        public func add(_ observer: any RemoteCartObserver, carts: CartSelection = .all, queue: DispatchQueue? = nil) {
+        public func add(_ observer: any CartObserver, carts: CartSelection, queue: DispatchQueue?) {
             let interest = ObserverInterest(carts)
             let needsMore = replica.admit { replica in
                 registry.add(observer, queue: queue, interest: interest)
@@ -191,12 +152,12 @@ extension RemoteCartStore {
 
         /// Removes `observer`: after this returns it gets no further callback (not even one
         /// queued on its queue). Carts no other observer wants stop arriving soon after.
-        public func remove(_ observer: any RemoteCartObserver) {
+        public func remove(_ observer: any CartObserver) {
             registry.remove(observer)
             if replica.needsReplanning(self) { interestChanged() }
         }
 
-        public func contains(_ observer: any RemoteCartObserver) -> Bool { registry.contains(observer) }
+        public func contains(_ observer: any CartObserver) -> Bool { registry.contains(observer) }
 
         /// Asks the subscription to make its plan again (the refused carts changed).
         func replan() { interestChanged() }

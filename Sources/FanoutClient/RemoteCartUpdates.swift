@@ -50,7 +50,7 @@ public struct RemoteCartUpdates: AsyncSequence, Sendable {
 
 /// The observer behind `RemoteCartUpdates`: a bounded buffer between the store's receiving task
 /// and the consumer.
-final class UpdateBuffer: RemoteCartObserver {
+final class UpdateBuffer: CartObserver {
     private struct State {
         var items: [RemoteCartUpdate] = []
         var head = 0
@@ -69,22 +69,22 @@ final class UpdateBuffer: RemoteCartObserver {
         self.limit = limit
     }
 
-    func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) { push(.loaded(carts), store) }
-    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) { push(.applied(event, cart), store) }
-    func remoteStore(_ store: RemoteCartStore, didResync carts: [Cart], because reason: ResyncReason) {
-        push(.resynced(carts, reason), store)
+    func cartSource(_ source: any CartSource, didLoad carts: [Cart]) { push(.loaded(carts), source) }
+    func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) { push(.applied(event, cart), source) }
+    func cartSource(_ source: any CartSource, didResync carts: [Cart], because reason: ResyncReason) {
+        push(.resynced(carts, reason), source)
     }
-    func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {
-        push(.connection(state), store)
+    func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState) {
+        push(.connection(state), source)
         if state == .closed { self.state.withLockedValue { $0.finished = true } }
     }
-    func remoteStore(_ store: RemoteCartStore, didRefuse carts: [String], because error: RemoteStoreError) {
-        push(.refused(carts, error), store)
+    func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {
+        push(.refused(carts, error), source)
     }
 
     /// Called on the store's receiving task, under the replica's lock: the carts read for a
     /// `fellBehind` are those after the update being pushed.
-    private func push(_ update: RemoteCartUpdate, _ store: RemoteCartStore) {
+    private func push(_ update: RemoteCartUpdate, _ source: any CartSource) {
         let overflowing = state.withLockedValue { state -> Bool in
             if let waiter = state.waiter {
                 state.waiter = nil
@@ -97,7 +97,7 @@ final class UpdateBuffer: RemoteCartObserver {
             }
             return true
         }
-        guard overflowing else { return }
+        guard overflowing, let store = source as? RemoteCartStore else { return }
         let carts = store.replica.read { Replica.carts(of: selection, in: $0.carts) }
         state.withLockedValue { state in
             state.items = [.resynced(carts, .fellBehind)]

@@ -67,12 +67,12 @@ final class Replica: @unchecked Sendable {
     /// Tells a newly added observer the state, if the replica holds its carts (and which of
     /// them the server refused). Under the lock. Returns whether the replica does not cover
     /// them (it must widen).
-    func greet(_ observer: any RemoteCartObserver, _ interest: ObserverInterest, in set: ObserverSetOfStore) -> Bool {
+    func greet(_ observer: any CartObserver, _ interest: ObserverInterest, in set: ObserverSetOfStore) -> Bool {
         guard !state.closed else { return false }
         let store = store.withLockedValue(\.store)
         if let store {
             for (error, carts) in refusals(in: interest.selection) {
-                set.notify(only: observer) { $0.remoteStore(store, didRefuse: carts, because: error) }
+                set.notify(only: observer) { $0.cartSource(store, didRefuse: carts, because: error) }
             }
         }
         let served = served(interest.selection)
@@ -81,7 +81,7 @@ final class Replica: @unchecked Sendable {
         guard state.loaded, let store, served != .carts([]) || interest.selection == .carts([]) else { return false }
         interest.markLoaded()
         let carts = Self.carts(of: interest.selection, in: state.carts)
-        set.notify(only: observer) { $0.remoteStore(store, didLoad: carts) }
+        set.notify(only: observer) { $0.cartSource(store, didLoad: carts) }
         return false
     }
 
@@ -187,7 +187,7 @@ final class Replica: @unchecked Sendable {
                 state.refused[id] = Refusal(error: error, at: .now)
                 guard !state.closed, let store = store.withLockedValue(\.store) else { return }
                 observers.registry.notify(where: { $0.selection.contains(id) }) { observer, _ in
-                    observer.remoteStore(store, didRefuse: [id], because: error)
+                    observer.cartSource(store, didRefuse: [id], because: error)
                 }
             }
             return nil
@@ -260,7 +260,7 @@ final class Replica: @unchecked Sendable {
         let loadedCarts = carts
         if let resync, wasLoaded || resync == .inconsistent, let store = store.withLockedValue(\.store) {
             observers.registry.notify(where: \.isLoaded) { observer, interest in
-                observer.remoteStore(store, didResync: Self.carts(of: interest.selection, in: loadedCarts), because: resync)
+                observer.cartSource(store, didResync: Self.carts(of: interest.selection, in: loadedCarts), because: resync)
             }
         }
         greetWaiting(observers)
@@ -289,7 +289,7 @@ final class Replica: @unchecked Sendable {
         let id = event.cartID
         let after = cart
         observers.registry.notify(where: { $0.isLoaded && $0.selection.contains(id) }) { observer, _ in
-            observer.remoteStore(store, didApply: event, to: after)
+            observer.cartSource(store, didApply: event, to: after)
         }
     }
 
@@ -306,7 +306,7 @@ final class Replica: @unchecked Sendable {
             interest.markLoaded()
             return true
         }) { observer, interest in
-            observer.remoteStore(store, didLoad: Self.carts(of: interest.selection, in: carts))
+            observer.cartSource(store, didLoad: Self.carts(of: interest.selection, in: carts))
         }
     }
 
@@ -323,14 +323,11 @@ final class Replica: @unchecked Sendable {
         guard state.connection != connection else { return }
         state.connection = connection
         guard let store = store.withLockedValue(\.store) else { return }
-        observers.registry.notify { $0.remoteStore(store, connectionDidChange: connection) }
+        observers.registry.notify { $0.cartSource(store, connectionDidChange: connection) }
     }
 
     static func carts(of selection: CartSelection, in carts: [String: Cart]) -> [Cart] {
-        switch selection {
-        case .all: carts.values.sorted { $0.id < $1.id }
-        case .carts(let ids): ids.sorted().compactMap { carts[$0] }
-        }
+        selection.carts(in: carts)
     }
 }
 

@@ -192,7 +192,31 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
                     sawDead = true
                     continue
                 }
-                Self.deliver(to: registration, observer, body)
+                Self.deliver(registration.interest, to: registration, observer, body)
+            }
+            return sawDead
+        }
+        if sawDead {
+            sweep()
+        }
+    }
+
+    /// Calls `body` for every live observer for which `choose` gives a value, as `notify(_:)`,
+    /// with that value: what each one is told may differ (its own view of a change). `choose`
+    /// runs now, on this thread, once per registration, in the set's order.
+    public func notify<Value: Sendable>(
+        choosing choose: (Reference.Interest) -> Value?, _ body: @escaping @Sendable (Observer, Value) -> Void
+    ) {
+        let registrations = snapshot()
+        let sawDead = registrations.withUnsafeBufferPointer { buffer in
+            var sawDead = false
+            for registration in buffer {
+                guard let value = choose(registration.interest) else { continue }
+                guard let observer = registration.liveObserver else {
+                    sawDead = true
+                    continue
+                }
+                Self.deliver(value, to: registration, observer, body)
             }
             return sawDead
         }
@@ -203,26 +227,42 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
 
     /// Calls `body` for `observer` alone, as `notify` would (on its queue, in order with the
     /// notifications before and after): a newcomer's first state, say. Nothing if it is not in
-    /// the set.
-    public func notify(only observer: Observer, _ body: @escaping @Sendable (Observer) -> Void) {
+    /// the set, or if `include` refuses the interest it was added with (a registration that
+    /// was replaced since).
+    public func notify(
+        only observer: Observer, where include: (Reference.Interest) -> Bool = { _ in true },
+        _ body: @escaping @Sendable (Observer) -> Void
+    ) {
         let id = Reference.identity(of: observer)
         let registration = state.withLockedValue { state in state.slotByID[id].map { state.registrations[$0] } }
-        guard let registration, let live = registration.liveObserver else { return }
-        Self.deliver(to: registration, live) { observer, _ in body(observer) }
+        guard let registration, include(registration.interest), let live = registration.liveObserver else { return }
+        Self.deliver((), to: registration, live) { observer, _ in body(observer) }
     }
 
+    /// The interest `observer` was added with, while it is alive and in the set.
+    public func interest(of observer: Observer) -> Reference.Interest? {
+        let id = Reference.identity(of: observer)
+        return state.withLockedValue { state in
+            guard let index = state.slotByID[id], state.registrations[index].liveObserver != nil else { return nil }
+            return state.registrations[index].interest
+        }
+    }
+
+    /// Calls `body` with `value` for one registration, now or on its queue. Generic over the
+    /// value rather than wrapping `body` in a closure of its own: a synchronous delivery then
+    /// allocates nothing.
     @inline(__always)
-    private static func deliver(
-        to registration: Registration, _ observer: Observer, _ body: @escaping @Sendable (Observer, Reference.Interest) -> Void
+    private static func deliver<Value: Sendable>(
+        _ value: Value, to registration: Registration, _ observer: Observer, _ body: @escaping @Sendable (Observer, Value) -> Void
     ) {
         if let queue = registration.queue {
             queue.async {
                 if let observer = registration.liveObserver {
-                    registration.call(observer) { body($0, registration.interest) }
+                    registration.call(observer) { body($0, value) }
                 }
             }
         } else {
-            registration.call(observer) { body($0, registration.interest) }
+            registration.call(observer) { body($0, value) }
         }
     }
 

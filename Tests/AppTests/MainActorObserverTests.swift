@@ -11,9 +11,9 @@ import Testing
 
 /// A view model, as an app writes it.
 @MainActor
-final class CartViewModel: MainActorRemoteCartObserver {
+final class CartViewModel: MainActorCartObserver {
     var cart: Cart?
-    var connection: RemoteCartStore.ConnectionState = .idle
+    var connection: CartConnectionState = .idle
     /// Callbacks that came off the main queue (the main actor's executor).
     var offMain = 0
 
@@ -26,17 +26,17 @@ final class CartViewModel: MainActorRemoteCartObserver {
 
     private var onMainQueue: Bool { DispatchQueue.getSpecific(key: Self.mainQueueKey) == true }
 
-    func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) {
+    func cartSource(_ store: any CartSource, didLoad carts: [Cart]) {
         if !onMainQueue { offMain += 1 }
         cart = carts.first
     }
 
-    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+    func cartSource(_ store: any CartSource, didApply event: CartEvent, to cart: Cart) {
         if !onMainQueue { offMain += 1 }
         self.cart = cart
     }
 
-    func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {
+    func cartSource(_ store: any CartSource, connectionDidChange state: CartConnectionState) {
         connection = state
     }
 }

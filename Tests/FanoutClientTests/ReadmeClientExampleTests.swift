@@ -44,12 +44,12 @@ struct ReadmeClientExampleTests {
     @MainActor static func docCExample() {
         // DocC block begins
         // A view model: called on the main actor, held weakly by the store.
-        @MainActor final class CartScreen: MainActorRemoteCartObserver {
+        @MainActor final class CartScreen: MainActorCartObserver {
             var cart: Cart?
-            func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) {
+            func cartSource(_ source: any CartSource, didLoad carts: [Cart]) {
                 cart = carts.first
             }
-            func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+            func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {
                 self.cart = cart
             }
         }
@@ -70,11 +70,11 @@ struct ReadmeClientExampleTests {
         // README block begins
         let store = RemoteCartStore(server: URL(string: "http://127.0.0.1:8080")!)
 
-        final class CartBadge: RemoteCartObserver {
-            func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) {
+        final class CartBadge: CartObserver {
+            func cartSource(_ source: any CartSource, didLoad carts: [Cart]) {
                 print("now:", carts.map { "\($0.id): \($0.itemCount) items" })
             }
-            func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+            func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {
                 print("#\(event.seq) \(cart.id) v\(cart.version): \(cart.itemCount) items")
             }
         }

@@ -96,7 +96,7 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
 }
 
 /// An observer that records every callback, and whether each came on its queue.
-final class Recorder: RemoteCartObserver {
+final class Recorder: CartObserver {
     struct Record {
         var loaded: [Cart]?
         var loads = 0
@@ -113,10 +113,10 @@ final class Recorder: RemoteCartObserver {
     let queue: DispatchQueue?
     private static let key = DispatchSpecificKey<ObjectIdentifier>()
     /// Called after each event is recorded (on the callback's thread).
-    let onEvent: (@Sendable (Recorder, RemoteCartStore, Int) -> Void)?
+    let onEvent: (@Sendable (Recorder, any CartSource, Int) -> Void)?
     let stopped = NIOLockedValueBox(false)
 
-    init(queue: DispatchQueue? = nil, onEvent: (@Sendable (Recorder, RemoteCartStore, Int) -> Void)? = nil) {
+    init(queue: DispatchQueue? = nil, onEvent: (@Sendable (Recorder, any CartSource, Int) -> Void)? = nil) {
         self.queue = queue
         self.onEvent = onEvent
         if let queue { queue.setSpecific(key: Self.key, value: ObjectIdentifier(queue)) }
@@ -132,27 +132,27 @@ final class Recorder: RemoteCartObserver {
         }
     }
 
-    func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) {
+    func cartSource(_ store: any CartSource, didLoad carts: [Cart]) {
         note {
             $0.loaded = carts
             $0.loads += 1
         }
     }
 
-    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+    func cartSource(_ store: any CartSource, didApply event: CartEvent, to cart: Cart) {
         note { $0.events.append(event) }
         onEvent?(self, store, record.withLockedValue { $0.events.count })
     }
 
-    func remoteStore(_ store: RemoteCartStore, didResync carts: [Cart], because reason: ResyncReason) {
+    func cartSource(_ store: any CartSource, didResync carts: [Cart], because reason: ResyncReason) {
         note { $0.resyncs.append((reason, carts)) }
     }
 
-    func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) {
+    func cartSource(_ store: any CartSource, connectionDidChange state: CartConnectionState) {
         note { $0.states.append(state) }
     }
 
-    func remoteStore(_ store: RemoteCartStore, didRefuse carts: [String], because error: RemoteStoreError) {
+    func cartSource(_ store: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {
         note { $0.refusals.append((carts, error)) }
     }
 

@@ -13,7 +13,7 @@ import Synchronization
     import FoundationNetworking
 #endif
 
-final class Counter: RemoteCartObserver {
+final class Counter: CartObserver {
     let loads = Atomic<Int>(0)
     let events = Atomic<Int>(0)
     /// Removes itself from `store` on this event, when set.
@@ -23,11 +23,11 @@ final class Counter: RemoteCartObserver {
         self.removeAt = removeAt
     }
 
-    func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) {
+    func cartSource(_ store: any CartSource, didLoad carts: [Cart]) {
         loads.add(1, ordering: .relaxed)
     }
 
-    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+    func cartSource(_ store: any CartSource, didApply event: CartEvent, to cart: Cart) {
         let count = events.add(1, ordering: .relaxed).newValue
         if count == removeAt { store.observers.remove(self) }
     }
@@ -36,30 +36,30 @@ final class Counter: RemoteCartObserver {
 /// Events seen by observers that are gone: must stay 0.
 let afterRelease = Atomic<Int>(0)
 
-final class Released: RemoteCartObserver {
-    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+final class Released: CartObserver {
+    func cartSource(_ store: any CartSource, didApply event: CartEvent, to cart: Cart) {
         afterRelease.add(1, ordering: .relaxed)
     }
 }
 
 /// A view model on the main actor.
 @MainActor
-final class MainActorCounter: MainActorRemoteCartObserver {
+final class MainActorCounter: MainActorCartObserver {
     var loads = 0
     var events = 0
     var states: [RemoteCartStore.ConnectionState] = []
 
-    func remoteStore(_ store: RemoteCartStore, didLoad carts: [Cart]) { loads += 1 }
-    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) { events += 1 }
-    func remoteStore(_ store: RemoteCartStore, connectionDidChange state: RemoteCartStore.ConnectionState) { states.append(state) }
+    func cartSource(_ store: any CartSource, didLoad carts: [Cart]) { loads += 1 }
+    func cartSource(_ store: any CartSource, didApply event: CartEvent, to cart: Cart) { events += 1 }
+    func cartSource(_ store: any CartSource, connectionDidChange state: CartConnectionState) { states.append(state) }
 }
 
 @MainActor
-final class ReleasedOnMainActor: MainActorRemoteCartObserver {
+final class ReleasedOnMainActor: MainActorCartObserver {
     /// Events told to main-actor observers that are gone: must stay 0.
     static var afterRelease = 0
 
-    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) { Self.afterRelease += 1 }
+    func cartSource(_ store: any CartSource, didApply event: CartEvent, to cart: Cart) { Self.afterRelease += 1 }
 }
 
 /// Adds a main-actor observer that nothing but the store refers to once this returns.

@@ -7,13 +7,15 @@
 // `ObserverSet` and through the alternatives a Swift developer would reach for: a plain array
 // (the floor), Foundation's `NotificationCenter` and OpenCombine's `PassthroughSubject`; plus
 // a bare loop over weak references, to separate the price of `weak` from the set's own.
-// Part 2 times whole mutations through `CartStore`, with and without observers attached.
+// Part 2 times whole mutations through `CartStore`, with and without observers attached: the
+// low-level `CartStoreObserver`s, or `CartObserver`s of every cart (live: their state told).
 //
 // Numbers are only meaningful from a release build on an otherwise quiet machine.
 
 import CartStore
 import Foundation
 import OpenCombine
+import Synchronization
 
 @main
 struct CartStoreBench {
@@ -41,14 +43,26 @@ struct CartStoreBench {
 /// `@inline(never)` keeps the plain-array floor honest: without it the optimiser may fuse the
 /// loop and the callback into a strided add, a speed no observer mechanism can have. What we
 /// compare is the machinery around the call, so every variant pays for the call itself.
-final class CountingObserver: CartStoreObserver {
+final class CountingObserver: CartStoreObserver, CartObserver {
     /// Deliveries in this benchmark are synchronous, and each mutation's delivery happens-before
     /// the `await` that returns it, so the field is never touched concurrently. A lock or an
     /// atomic here would add the same constant to every variant and blur the comparison.
     nonisolated(unsafe) private(set) var total: Int64 = 0
 
+    /// Told its state, as a `CartObserver` (on the store's catch-up task).
+    let isLoaded = Atomic<Bool>(false)
+
     @inline(never)
     func cartStore(_ store: CartStore, didCommit event: CartEvent) {
+        total &+= event.seq
+    }
+
+    func cartSource(_ source: any CartSource, didLoad carts: [Cart]) {
+        isLoaded.store(true, ordering: .releasing)
+    }
+
+    @inline(never)
+    func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {
         total &+= event.seq
     }
 }
@@ -132,8 +146,8 @@ enum Mechanism: CaseIterable {
         let observers = (0..<n).map { _ in CountingObserver() }
         switch self {
         case .observerSet:
-            // Exactly what the store does after each commit.
-            let set = store.observers
+            // Exactly what the store does for its `CartStoreObserver`s after each commit.
+            let set = ObserverSet()
             for observer in observers { set.add(observer) }
             return DeliveryFixture(
                 deliver: { iterations in
@@ -313,6 +327,21 @@ enum MutationBenchmark {
     static let deadlineSeconds = 10.0
     static let observerCounts = [0, 1_000]
 
+    /// Which protocol the observers follow.
+    enum Kind: CaseIterable {
+        /// `CartStoreObserver`: every commit, nothing more.
+        case commits
+        /// `CartObserver` of `.all` carts, live (told its state before the timing).
+        case carts
+
+        var label: String {
+            switch self {
+            case .commits: "CartStoreObserver"
+            case .carts: "CartObserver .all"
+            }
+        }
+    }
+
     enum Backing: CaseIterable {
         case fileFull, fileNormal, inMemory
 
@@ -327,6 +356,7 @@ enum MutationBenchmark {
 
     struct Result {
         var backing: Backing
+        var kind: Kind
         var observers: Int
         var mutations: Int
         var seconds: Double
@@ -347,13 +377,15 @@ enum MutationBenchmark {
         var results: [Result] = []
         for backing in Backing.allCases {
             for n in observerCounts {
-                results.append(try await measure(backing, observerCount: n))
+                for kind in Kind.allCases where n > 0 || kind == .commits {
+                    results.append(try await measure(backing, kind, observerCount: n))
+                }
             }
         }
         return results
     }
 
-    static func measure(_ backing: Backing, observerCount n: Int) async throws -> Result {
+    static func measure(_ backing: Backing, _ kind: Kind, observerCount n: Int) async throws -> Result {
         let directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("cartstore-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -367,7 +399,16 @@ enum MutationBenchmark {
             case .inMemory: try CartStore.inMemory()
             }
         let observers = (0..<n).map { _ in CountingObserver() }
-        for observer in observers { store.observers.add(observer) }
+        switch kind {
+        case .commits:
+            for observer in observers { store.observers.add(observer as any CartStoreObserver) }
+        case .carts:
+            // Told their (empty) state before any write, so each then counts every event.
+            for observer in observers { store.observers.add(observer as any CartObserver, carts: .all) }
+            while !observers.allSatisfy({ $0.isLoaded.load(ordering: .acquiring) }) {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
 
         var seqSum: Int64 = 0
         var index = 0
@@ -399,20 +440,21 @@ enum MutationBenchmark {
         guard observers.allSatisfy({ $0.total == seqSum }) else {
             fatalError("\(backing.label), \(n) observers: an observer missed or repeated events")
         }
-        return Result(backing: backing, observers: n, mutations: timed, seconds: seconds, cpuSeconds: cpuSeconds)
+        return Result(backing: backing, kind: kind, observers: n, mutations: timed, seconds: seconds, cpuSeconds: cpuSeconds)
     }
 
     static func printReport(_ results: [Result]) {
         print("Mutations: sequential `try await store.addItem(...)`, one event each, synchronous observers")
         let header =
-            pad("store", -26) + pad("observers", 11) + pad("mutations", 11)
+            pad("store", -26) + pad("observers", -20) + pad("", 6) + pad("mutations", 11)
             + pad("mutations/s", 13) + pad("µs/mutation", 13) + pad("CPU µs/mutation", 17)
         print(header)
         print(String(repeating: "-", count: header.count))
         for result in results {
             let rate = Double(result.mutations) / result.seconds
             print(
-                pad(result.backing.label, -26) + pad(grouped(result.observers), 11)
+                pad(result.backing.label, -26) + pad(result.observers == 0 ? "none" : result.kind.label, -20)
+                    + pad(result.observers == 0 ? "" : grouped(result.observers), 6)
                     + pad(grouped(result.mutations), 11) + pad(grouped(Int(rate.rounded())), 13)
                     + pad(String(format: "%.1f", 1e6 / rate), 13)
                     + pad(String(format: "%.1f", result.cpuSeconds * 1e6 / Double(result.mutations)), 17))

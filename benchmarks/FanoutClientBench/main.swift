@@ -15,12 +15,12 @@ import Foundation
 import WeakObservers
 
 /// Counts what it is told; one real call per delivery in both variants.
-final class Counting: RemoteCartObserver, @unchecked Sendable {
+final class Counting: CartObserver, @unchecked Sendable {
     /// Deliveries here are synchronous and on one thread at a time.
     var total: Int64 = 0
 
     @inline(never)
-    func remoteStore(_ store: RemoteCartStore, didApply event: CartEvent, to cart: Cart) {
+    func cartSource(_ store: any CartSource, didApply event: CartEvent, to cart: Cart) {
         total &+= event.seq
     }
 }
@@ -83,7 +83,7 @@ for observers in [1, 100, 10_000] {
     } _: { _ in
         for event in log {
             let cart = Cart(id: event.cartID, version: event.version)
-            set.notify { $0.remoteStore(unsafeStoreForBenchmark, didApply: event, to: cart) }
+            set.notify { $0.cartSource(unsafeStoreForBenchmark, didApply: event, to: cart) }
         }
     }
     print(

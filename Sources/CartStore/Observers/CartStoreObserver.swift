@@ -1,6 +1,12 @@
 import WeakObservers
 
-/// An in-process observer of a `CartStore`, held weakly by the store.
+/// The low-level hook on a `CartStore`: every commit of every cart, and validators. Held weakly
+/// by the store.
+///
+/// An app's view wants a `CartObserver` instead (its carts' state when added, then their
+/// changes, as a `RemoteCartStore` gives them). This one gets no state when added and every
+/// cart: it is what `fanout-server`'s hub is, which catches its subscribers up from the log
+/// itself, and what a validator is, which must answer inside the transaction.
 ///
 /// Register with `store.observers.add(observer)` (optionally with a delivery queue) and keep
 /// the observer alive yourself: when you release it, it drops out of the store by itself.
@@ -33,7 +39,8 @@ public struct CartChangeProposal: Sendable, Hashable {
     public var after: Cart
 }
 
-/// The observers of a `CartStore`, held weakly (`WeakObserverSet`, shared with FanoutClient).
+/// The `CartStoreObserver`s of a `CartStore`, held weakly (`WeakObserverSet`, shared with
+/// FanoutClient): part of `CartStore.Observers`.
 public typealias ObserverSet = WeakObserverSet<WeakCartStoreObserver>
 
 /// How `ObserverSet` holds a `CartStoreObserver`: weakly.

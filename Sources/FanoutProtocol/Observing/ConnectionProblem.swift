@@ -1,6 +1,4 @@
-import FanoutProtocol
-
-/// Why a store or subscription is reconnecting: typed, so that an app can tell "offline" from
+/// Why a remote store or subscription is reconnecting: typed, so that an app can tell "offline" from
 /// "the server is restarting" from "the token expired", with a description for people.
 public enum ConnectionProblem: Error, Sendable, Hashable, CustomStringConvertible {
     /// No connection could be made, or it broke without a word from the server: offline, the
@@ -52,20 +50,6 @@ public enum ConnectionProblem: Error, Sendable, Hashable, CustomStringConvertibl
             }
         case .serverError(let code, let message): "server error (\(code?.rawValue ?? "unknown")): \(message)"
         case .protocolViolation(let why): "the server broke the protocol: \(why)"
-        }
-    }
-
-    /// What a failed connection attempt or request says, as a problem (a refusal of the
-    /// credentials is not one: the subscription reports those as `refused`).
-    static func of(_ error: any Error) -> ConnectionProblem {
-        switch error {
-        case let problem as ConnectionProblem: problem
-        case let violation as ProtocolViolation: .protocolViolation(violation.description)
-        case RemoteStoreError.unreachable(let why): .unreachable(why)
-        case RemoteStoreError.unexpectedAnswer(let why): .protocolViolation(why)
-        case RemoteStoreError.refused(_, let code, _, let message, _): .serverError(code, message: message)
-        case RemoteStoreError.invalid(let error): .serverError(error.code, message: error.message)
-        default: .unreachable("connection lost (\(error))")
         }
     }
 }

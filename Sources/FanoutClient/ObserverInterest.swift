@@ -1,0 +1,42 @@
+import FanoutProtocol
+import Synchronization
+import WeakObservers
+
+/// Renamed: a `RemoteCartStore`'s observers are `CartObserver`s, as a `CartStore`'s are, with
+/// callbacks `cartSource(_:didLoad:)`, `cartSource(_:didApply:to:)`, …
+@available(*, unavailable, renamed: "CartObserver", message: "callbacks are now cartSource(_:didLoad:), cartSource(_:didApply:to:), …")
+public typealias RemoteCartObserver = CartObserver
+
+/// Renamed: a main-actor observer of either store is a `MainActorCartObserver`.
+@available(
+    *, unavailable, renamed: "MainActorCartObserver", message: "callbacks are now cartSource(_:didLoad:), cartSource(_:didApply:to:), …"
+)
+public typealias MainActorRemoteCartObserver = MainActorCartObserver
+
+/// One observer's registration details: what it wants, and whether it was told the current
+/// state yet (until then it gets no event).
+final class ObserverInterest: Sendable {
+    let selection: CartSelection
+    private let loaded = Atomic<Bool>(false)
+
+    init(_ selection: CartSelection) {
+        self.selection = selection
+    }
+
+    var isLoaded: Bool { loaded.load(ordering: .acquiring) }
+
+    func markLoaded() { loaded.store(true, ordering: .releasing) }
+}
+
+/// How the store's `WeakObserverSet` holds a `CartObserver`: weakly (a main-actor observer's
+/// relay strongly, while its target lives: `CartObserverHold`), with its interest.
+struct WeakRemoteCartObserver: WeakObserverReference {
+    typealias Interest = ObserverInterest
+    private let hold: CartObserverHold
+
+    init(_ observer: any CartObserver) { hold = CartObserverHold(observer) }
+
+    var observer: (any CartObserver)? { hold.observer }
+
+    static func identity(of observer: any CartObserver) -> ObjectIdentifier { CartObserverHold.identity(of: observer) }
+}

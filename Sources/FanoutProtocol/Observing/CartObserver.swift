@@ -1,0 +1,64 @@
+/// An observer of carts, written once for any `CartSource`: an in-process `CartStore` or a
+/// `RemoteCartStore`. Held weakly by the source, as a delegate is.
+///
+/// Add it with `source.observers.add(observer, carts: .only(["alice"]), queue: queue)` and keep
+/// it alive yourself: when you release it, it drops out by itself. Its first callback about the
+/// carts is `didLoad`, their state as of some seq; then every later change of its carts comes,
+/// once, in seq order, with none missing between (or `didResync` with the carts as they are,
+/// and why). Every method has a default that does nothing: implement the ones you need.
+///
+/// Without a queue, callbacks run on the source's own thread (a store's writer, a remote
+/// store's receiving task): keep them short. A view model takes `MainActorCartObserver`.
+public protocol CartObserver: AnyObject, Sendable {
+    /// The carts this observer asked for, as they are now: its first callback about them.
+    /// A named cart that was never changed is empty at version 0; with `.all`, every cart that
+    /// exists.
+    func cartSource(_ source: any CartSource, didLoad carts: [Cart])
+
+    /// An event was committed to one of this observer's carts; `cart` is the cart after it.
+    func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart)
+
+    /// The observer's carts (`carts`) were replaced by their state as it is now, because the
+    /// events it missed could not be given to it. Later events follow these carts.
+    func cartSource(_ source: any CartSource, didResync carts: [Cart], because reason: ResyncReason)
+
+    /// How the source reaches its carts changed (a remote store's connection; a `CartStore`
+    /// tells only `closed`).
+    func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState)
+
+    /// A server refused some of this observer's carts to the store's credentials (a cart the
+    /// token's `carts` claim does not name: `forbidden_cart`). They are left out: no state or
+    /// event of them comes, while its other carts, and other observers, are served as usual.
+    /// A `CartStore` never refuses.
+    func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError)
+}
+
+extension CartObserver {
+    public func cartSource(_ source: any CartSource, didLoad carts: [Cart]) {}
+    public func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {}
+    public func cartSource(_ source: any CartSource, didResync carts: [Cart], because reason: ResyncReason) {}
+    public func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState) {}
+    public func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {}
+}
+
+/// How a source's weak observer set holds a `CartObserver`: weakly; or, for a main-actor
+/// observer, its `MainActorRelay` strongly, standing for its target (held weakly) until the
+/// target is released, and known by the target's identity.
+package struct CartObserverHold: Sendable {
+    private weak var plain: (any CartObserver)?
+    private let relay: MainActorRelay?
+
+    package init(_ observer: any CartObserver) {
+        relay = observer as? MainActorRelay
+        plain = relay == nil ? observer : nil
+    }
+
+    package var observer: (any CartObserver)? {
+        guard let relay else { return plain }
+        return relay.target == nil ? nil : relay
+    }
+
+    package static func identity(of observer: any CartObserver) -> ObjectIdentifier {
+        (observer as? MainActorRelay)?.targetID ?? ObjectIdentifier(observer)
+    }
+}

@@ -1,0 +1,84 @@
+import CartStore
+import FanoutClient
+import FanoutTestSupport
+import Foundation
+import Observation
+import Testing
+
+/// A view model written once against `MainActorCartObserver`, as an app writes it: attached to
+/// an in-process `CartStore` in tests and previews, to a `RemoteCartStore` in the app.
+@MainActor
+final class BasketModel: MainActorCartObserver {
+    private(set) var basket: Cart?
+    private(set) var changes = 0
+    private(set) var connection: CartConnectionState
+
+    init(_ source: some CartSource, cart id: String) {
+        connection = source.connectionState
+        source.observers.add(self, carts: .only([id]))
+    }
+
+    var total: Int64 { basket?.totalCents ?? 0 }
+
+    func cartSource(_ source: any CartSource, didLoad carts: [Cart]) {
+        basket = carts.first
+    }
+
+    func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {
+        basket = cart
+        changes += 1
+    }
+
+    func cartSource(_ source: any CartSource, didResync carts: [Cart], because reason: ResyncReason) {
+        basket = carts.first
+    }
+
+    func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState) {
+        connection = state
+    }
+}
+
+@Suite("One view model, either store", .serialized, .timeLimit(.minutes(2)))
+@MainActor
+struct OneViewModelTests {
+    @Test func theSameViewModelFollowsALocalStoreAndAServerAlike() async throws {
+        let (database, cleanup) = try Mutations.temporaryDatabase()
+        defer { cleanup() }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let api = CartServerAPI(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!)
+        let local = try CartStore.inMemory()
+
+        _ = try await api.addItem("apple", quantity: 1, unitPriceCents: 50, to: "alice")
+        try await local.addItem(cartID: "alice", sku: "apple", quantity: 1, unitPriceCents: 50)
+        let remote = RemoteCartStore(server: api.baseURL)
+        let onDevice = BasketModel(local, cart: "alice")
+        let fromServer = BasketModel(remote, cart: "alice")
+        let localView = ObservedCarts(local, carts: .only(["alice"]))
+        let remoteView = ObservedCarts(remote, carts: .only(["alice"]))
+
+        #expect(await until { onDevice.basket?.version == 1 && fromServer.basket?.version == 1 }, "the state first")
+        #expect(onDevice.basket == fromServer.basket)
+        #expect(await until { localView.isLoaded && remoteView.isLoaded })
+        #expect(localView.cart == remoteView.cart)
+
+        _ = try await api.addItem("pear", quantity: 2, unitPriceCents: 80, to: "alice")
+        _ = try await api.addItem("fig", quantity: 1, unitPriceCents: 5, to: "bob")
+        try await local.addItem(cartID: "alice", sku: "pear", quantity: 2, unitPriceCents: 80)
+        try await local.addItem(cartID: "bob", sku: "fig", quantity: 1, unitPriceCents: 5)
+        #expect(await until { onDevice.basket?.version == 2 && fromServer.basket?.version == 2 }, "then each change")
+        #expect(onDevice.basket == fromServer.basket)
+        #expect(onDevice.total == 210)
+        #expect(onDevice.changes == 1 && fromServer.changes == 1, "another cart's change is not theirs")
+        #expect(await until { localView.cart?.version == 2 && remoteView.cart?.version == 2 })
+        #expect(localView.cart == remoteView.cart)
+        #expect(onDevice.connection == .live)
+        #expect(await until { fromServer.connection == .live })
+
+        try local.close()
+        #expect(await until { onDevice.connection == .closed && localView.connection == .closed }, "a closed store says so")
+        await remote.close()
+        #expect(await until { fromServer.connection == .closed && remoteView.connection == .closed })
+        server.signal(SIGTERM)
+        _ = await server.waitForExit()
+    }
+}
