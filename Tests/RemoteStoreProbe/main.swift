@@ -185,12 +185,52 @@ func mainActorObservers(_ store: RemoteCartStore, api: CartServerAPI, server: UR
     try await waitFor("the subscriber to leave once the view model was released") { await subscribers(server) == 0 }
 }
 
-guard CommandLine.arguments.count == 2, let server = URL(string: CommandLine.arguments[1]) else {
-    FileHandle.standardError.write(Data("usage: remote-store-probe http://HOST:PORT\n".utf8))
-    exit(2)
+/// `--refusal URL TOKEN`: a store whose token may see cart `a` only keeps serving `a` when an
+/// observer asks for `b` (refused to that observer alone), and says so with typed values.
+@MainActor
+func refusal(_ server: URL, token: String) async throws {
+    let store = RemoteCartStore(server: server, credentials: .token(token))
+    let mine = MainActorCounter()
+    store.observers.add(mine, carts: .only(["a"]))
+    try await waitFor("a's state") { mine.loads == 1 }
+    let theirs = RefusalCounter()
+    store.observers.add(theirs, carts: .only(["b"]))
+    try await waitFor("b refused to its observer") { theirs.refusals == [["b"]] && theirs.codes == [.forbiddenCart] }
+    _ = try await store.server.addItem("after-refusal", quantity: 1, unitPriceCents: 1, to: "a")
+    try await waitFor("a's event after the refusal") { mine.events == 1 }
+    guard store.connectionState == .live, theirs.loads == 0, !mine.states.contains(where: { if case .refused = $0 { true } else { false } })
+    else {
+        throw ProbeFailure(
+            description: "after a refusal of b: \(store.connectionState), b loaded \(theirs.loads) times, a's states \(mine.states)")
+    }
+    withExtendedLifetime(theirs) {}
+    await store.close()
+    print("remote-store-probe: every refusal check held")
 }
+
+@MainActor
+final class RefusalCounter: MainActorCartObserver {
+    var loads = 0
+    var refusals: [[String]] = []
+    var codes: [FanoutErrorCode?] = []
+
+    func cartSource(_ store: any CartSource, didLoad carts: [Cart]) { loads += 1 }
+    func cartSource(_ store: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {
+        refusals.append(carts)
+        codes.append(error.code)
+    }
+}
+
+let arguments = CommandLine.arguments
 do {
-    try await run(server)
+    if arguments.count == 4, arguments[1] == "--refusal", let server = URL(string: arguments[2]) {
+        try await refusal(server, token: arguments[3])
+    } else if arguments.count == 2, let server = URL(string: arguments[1]) {
+        try await run(server)
+    } else {
+        FileHandle.standardError.write(Data("usage: remote-store-probe http://HOST:PORT | --refusal http://HOST:PORT TOKEN\n".utf8))
+        exit(2)
+    }
 } catch {
     FileHandle.standardError.write(Data("remote-store-probe: \(error)\n".utf8))
     exit(1)
