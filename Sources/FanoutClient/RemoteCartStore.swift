@@ -180,9 +180,9 @@ struct WeakStore: Sendable {
 extension RemoteCartStore {
     /// Applies `snapshot`, then `events`, as if the server had sent them on a live connection,
     /// and tells the observers: for `fanout-client-bench`, which times the replica's own work
-    /// per event and observer without a network in between. Not for apps.
-    @_spi(Benchmarks)
-    public func applyForBenchmark(snapshot: CartSnapshot, events: [CartEvent]) throws {
+    /// per event and observer without a network in between. `package`: visible to this
+    /// package's benchmark, not to apps (it is no part of the library's API).
+    package func applyForBenchmark(snapshot: CartSnapshot, events: [CartEvent]) throws {
         replica.lockedForBenchmark { $0.covered = .all }
         try replica.take(.snapshot(snapshot, reason: .initial), observers: observers)
         for event in events { try replica.take(.event(event, raw: ""), observers: observers) }

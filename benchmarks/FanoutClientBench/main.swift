@@ -10,7 +10,7 @@
 // subscription would hand them. Numbers are only meaningful from a release build on an
 // otherwise quiet machine.
 
-@_spi(Benchmarks) import FanoutClient
+import FanoutClient
 import Foundation
 import WeakObservers
 
