@@ -100,21 +100,43 @@ final class PostgresBackend: CartStoreBackend {
     /// on a pooled connection and with the lock's wait of a change (a session that holds the
     /// row makes this wait as writes do), on a primary that is not read-only.
     func checkWritable() async throws {
-        let logger = self.logger
         let (inRecovery, readOnly) = try await run {
-            try await self.withConnection { connection in
-                try await connection.withTransaction(logger: logger) { connection in
-                    try await connection.query(
-                        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') FROM event_seq FOR UPDATE",
-                        logger: logger
-                    ).collect().first?.decode((Bool, String).self) ?? (true, "on")
-                }
+            do {
+                return try await takeTheSeqRow()
+            } catch  where Self.lostConnection(error) {
+                // A pooled connection the database ended while it was idle (a restart): the
+                // pool drops it, and a second connection says what a change meets now.
+                return try await takeTheSeqRow()
             }
         }
         guard !inRecovery, readOnly == "off" else {
             throw CartStoreError(
                 .storeUnavailable, "the database is read-only (a standby, or transaction_read_only); nothing can be written")
         }
+    }
+
+    /// The probe's transaction: the seq row taken, whether the database is a writable primary.
+    private func takeTheSeqRow() async throws -> (inRecovery: Bool, readOnly: String) {
+        let logger = self.logger
+        return try await withConnection { connection in
+            try await connection.withTransaction(logger: logger) { connection in
+                try await connection.query(
+                    "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') FROM event_seq FOR UPDATE",
+                    logger: logger
+                ).collect().first?.decode((Bool, String).self) ?? (true, "on")
+            }
+        }
+    }
+
+    /// Whether `error` is a connection the database ended or lost (a restart, a killed
+    /// session), not a refusal or a wait that ran out.
+    static func lostConnection(_ error: any Error) -> Bool {
+        if let transaction = error as? PostgresTransactionError {
+            return [transaction.beginError, transaction.closureError, transaction.commitError].contains { $0.map(lostConnection) ?? false }
+        }
+        guard let psql = error as? PSQLError else { return false }
+        if let state = psql.serverInfo?[.sqlState] { return state.hasPrefix("57P") || state.hasPrefix("08") }
+        return [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown].contains(psql.code)
     }
 
     var batchUnderWayFor: Duration? { commits.batchUnderWayFor }
