@@ -182,23 +182,7 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
     public func notify(
         where include: (Reference.Interest) -> Bool, _ body: @escaping @Sendable (Observer, Reference.Interest) -> Void
     ) {
-        let registrations = snapshot()
-        // Iterating the buffer borrows each registration instead of retaining it: with weak
-        // loads already the bulk of a delivery, that retain/release pair is worth avoiding.
-        let sawDead = registrations.withUnsafeBufferPointer { buffer in
-            var sawDead = false
-            for registration in buffer where include(registration.interest) {
-                guard let observer = registration.liveObserver else {
-                    sawDead = true
-                    continue
-                }
-                Self.deliver(registration.interest, to: registration, observer, body)
-            }
-            return sawDead
-        }
-        if sawDead {
-            sweep()
-        }
+        notify(choosing: { include($0) ? $0 : nil }, body)
     }
 
     /// Calls `body` for every live observer for which `choose` gives a value, as `notify(_:)`,
@@ -208,6 +192,8 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
         choosing choose: (Reference.Interest) -> Value?, _ body: @escaping @Sendable (Observer, Value) -> Void
     ) {
         let registrations = snapshot()
+        // Iterating the buffer borrows each registration instead of retaining it: with weak
+        // loads already the bulk of a delivery, that retain/release pair is worth avoiding.
         let sawDead = registrations.withUnsafeBufferPointer { buffer in
             var sawDead = false
             for registration in buffer {
