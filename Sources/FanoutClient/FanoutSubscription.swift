@@ -113,7 +113,8 @@ public struct FanoutSubscription: Sendable {
         var fetched: String??
         while true {
             try Task.checkCancellation()
-            var failure: (any Error)?
+            /// Why the attempt ended: every one ends, if only because the server closed it.
+            let failure: any Error
             var token: String?
             var received = 0
             /// The connection was cut short by a new plan (not a plan that failed before it).
@@ -160,10 +161,8 @@ public struct FanoutSubscription: Sendable {
                 // (`.none`, not a fetched nil: that would connect with no token at all).
                 fetched = changed ? .some(next) : .none
                 try await consumer(.refused(refused, retryIn: pause))
-            case let other?:
-                try await consumer(.disconnected(ConnectionProblem.of(other), retryIn: pause))
-            case nil:
-                try await consumer(.disconnected(.endedByServer(closeCode: nil, code: nil), retryIn: pause))
+            default:
+                try await consumer(.disconnected(ConnectionProblem.of(failure), retryIn: pause))
             }
             let wait = pause
             _ = try? await wakeUps.interrupting { try await Task.sleep(for: wait) }

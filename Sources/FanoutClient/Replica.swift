@@ -70,9 +70,11 @@ final class Replica: @unchecked Sendable {
     func greet(_ observer: any CartObserver, _ interest: ObserverInterest, in set: ObserverSetOfStore) -> Bool {
         guard !state.closed else { return false }
         let store = store.withLockedValue(\.store)
-        if let store {
-            for (error, carts) in refusals(in: interest.selection) {
-                set.notify(only: observer) { $0.cartSource(store, didRefuse: carts, because: error) }
+        if let store, case .carts(let ids) = interest.selection {
+            // Each refused cart as `readRefusing` told it: its own callback, its own error.
+            for id in ids.sorted() {
+                guard let error = state.refused[id]?.error else { continue }
+                set.notify(only: observer) { $0.cartSource(store, didRefuse: [id], because: error) }
             }
         }
         let served = served(interest.selection)
@@ -89,15 +91,6 @@ final class Replica: @unchecked Sendable {
     private func served(_ selection: CartSelection) -> CartSelection {
         guard case .carts(let ids) = selection, !state.refused.isEmpty else { return selection }
         return .carts(ids.filter { state.refused[$0] == nil })
-    }
-
-    /// The refused carts of `selection`, grouped by the error that refused them.
-    private func refusals(in selection: CartSelection) -> [(RemoteStoreError, [String])] {
-        guard case .carts(let ids) = selection else { return [] }
-        let refused = ids.sorted().compactMap { id in state.refused[id].map { (id, $0.error) } }
-        return Dictionary(grouping: refused, by: { $0.1.description }).values
-            .map { group in (group[0].1, group.map(\.0)) }
-            .sorted { $0.1[0] < $1.1[0] }
     }
 
     /// Whether the plan must be made again: the replica holds carts no living observer wants
