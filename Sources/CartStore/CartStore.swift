@@ -147,7 +147,7 @@ public final class CartStore: CartSource {
     /// A writer that has been on one batch for more than `stuckWriter` is stuck on its
     /// database, and a change now would wait behind it: `storeUnavailable`. Otherwise the
     /// engine probes as a change would write: SQLite commits as much as a change does,
-    /// PostgreSQL takes the seq row in a transaction it rolls back.
+    /// PostgreSQL takes the seq row in a transaction of its own.
     public func checkWritable() async throws {
         if let underWay = backend.batchUnderWayFor, underWay > Self.stuckWriter {
             let seconds = Double(underWay.components.seconds) + Double(underWay.components.attoseconds) / 1e18

@@ -39,8 +39,8 @@ struct AccessPolicy: Sendable {
         case signed(String)
     }
 
-    /// What `request` may do, for a route that needs `need`. Throws 403 for a browser origin not
-    /// on the allow-list, 401 `unauthorized` without a credential, 401 `invalid_token` for a
+    /// What `request` may do, for a route that needs `need` (its origin was checked already, once
+    /// per request: `OriginMiddleware`, `SubscribeEndpoint`). Throws 401 `unauthorized` without a credential, 401 `invalid_token` for a
     /// signed token that does not verify (403 `bad_token` for a wrong one where only the
     /// operator's is configured), and 403 `insufficient_scope` for a signed token on an
     /// operator's route.
@@ -52,10 +52,9 @@ struct AccessPolicy: Sendable {
     }
 
     /// The part of `grant(for:needs:)` that needs no verification, on whatever thread asks (an
-    /// event loop, for a subscription): the origin, whether there is a credential, and whether
-    /// it is the operator's.
+    /// event loop, for a subscription): whether there is a credential, and whether it is the
+    /// operator's.
     func credential(for request: Request, needs need: Need) throws -> Credential {
-        try checkOrigin(of: request)
         guard need != .nothing else { return .granted(.nothing) }
         guard asksForCredentials else { return .granted(.operator) }
         let queryTokenAllowed = request.method == .get || request.method == .head

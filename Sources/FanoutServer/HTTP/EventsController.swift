@@ -41,15 +41,14 @@ struct EventsController: Sendable {
         let expiry = context.grant.expiresAt.map { ContinuousClock.now.advanced(by: .seconds($0.timeIntervalSinceNow)) }
         let waitEnd = ContinuousClock.now + .seconds(wait)
         let deadline = expiry.map { min($0, waitEnd) } ?? waitEnd
-        var waited = false
         while true {
-            if waited, let expiry, ContinuousClock.now >= expiry { throw Self.tokenExpiredWhileWaiting }
             switch try await store.events(after: since, limit: limit, carts: carts) {
             case .events(let events, let latest):
                 if events.isEmpty, wait > 0, ContinuousClock.now < deadline {
                     switch await hub.longPolls.park(after: latest, until: deadline) {
                     case .committed:
-                        waited = true
+                        // Woken by a commit after `exp`: nothing of it is read for this token.
+                        if let expiry, ContinuousClock.now >= expiry { throw Self.tokenExpiredWhileWaiting }
                         continue
                     case .timedOut:
                         if let expiry, expiry <= deadline { throw Self.tokenExpiredWhileWaiting }

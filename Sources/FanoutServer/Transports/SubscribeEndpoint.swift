@@ -32,6 +32,7 @@ struct SubscribeEndpoint: Sendable {
                 throw APIError(.methodNotAllowed, "a subscription is opened with GET")
             }
             try hosts.check(request)
+            try access.checkOrigin(of: request)
             credential = try access.credential(for: request, needs: .credential)
             guard !hub.isShuttingDown else {
                 throw APIError(.shuttingDown, "the server is shutting down")
