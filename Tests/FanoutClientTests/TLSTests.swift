@@ -31,7 +31,9 @@ struct TLSTests {
         server.standardOutput = FileHandle.nullDevice
         server.standardError = FileHandle.nullDevice
         try server.run()
-        defer { server.terminate() }
+        // SIGKILL, not `terminate()`'s SIGTERM: a child of the test process inherits its blocked
+        // SIGTERM, and s_server then outlived every run.
+        defer { kill(server.processIdentifier, SIGKILL) }
 
         let reasons = NIOLockedValueBox<[String]>([])
         let subscription = FanoutSubscription(server: URL(string: "https://127.0.0.1:\(port)")!, transport: transport)
