@@ -264,7 +264,8 @@ struct PostgresFailureTests {
         await eventually(timeout: .seconds(60), "changes to go through again") {
             await Mutations.add(port: port, cart: "after", sku: "a") != nil
         }
-        #expect((try? await HTTPProbe.status(port: port, "GET", "/healthz"))?.status == 200)
+        let health = try? await HTTPProbe.status(port: port, "GET", "/healthz")
+        #expect(health?.status == 200, "the health check once changes go through: \(health.map { "\($0)" } ?? "no answer")")
         let log = try await Mutations.log(port: port)
         #expect(log == Array(1...Int64(log.count)), "one gap-free log")
         #expect(Set(outcome.acknowledged).isSubset(of: Set(log)), "every acknowledged change is in the log")

@@ -52,13 +52,19 @@ final class RecordingTransport: SubscriberTransport, @unchecked Sendable {
 }
 
 /// A hub over an in-memory store, with subscribers on one real event loop.
+///
+/// Its subscribers send no heartbeats: unless a test of leases sets its own, their lease is
+/// `HubHarness.lease`, which a loaded machine never outlasts (the default 15 s lapsed in a full
+/// run while a test of slow consumers was still committing).
 struct HubHarness {
+    static let lease: TimeAmount = .seconds(600)
+
     let store: CartStore
     let hub: FanoutHub
     let loop: any EventLoop
 
     init(
-        _ settings: FanoutHub.Settings = .init(), loop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
+        _ settings: FanoutHub.Settings = .init(leaseTTL: lease), loop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
         store: CartStore? = nil
     ) throws {
         self.store = try store ?? CartStore.inMemory()

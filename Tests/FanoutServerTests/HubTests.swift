@@ -13,7 +13,7 @@ import Testing
 @Suite("Fan-out hub")
 struct HubTests {
     @Test func aSubscriberThatDoesNotReadIsDroppedAndNobodyWaitsForIt() async throws {
-        let harness = try HubHarness(.init(ringCapacity: 8))
+        let harness = try HubHarness(.init(leaseTTL: HubHarness.lease, ringCapacity: 8))
         let (stuck, stuckTransport) = try await harness.live()
         let (_, reader) = try await harness.live()
         try await harness.onLoop { stuckTransport.isWritable = false }
@@ -47,7 +47,7 @@ struct HubTests {
     }
 
     @Test func subscribersAreCappedAndRefusedWhileShuttingDown() async throws {
-        let harness = try HubHarness(.init(maxSubscribers: 1))
+        let harness = try HubHarness(.init(leaseTTL: HubHarness.lease, maxSubscribers: 1))
         let (a, aTransport) = try await harness.connect()
         let (b, bTransport) = try await harness.connect()
         #expect(try await harness.onLoop { (a.isEnded, bTransport.closedFor) } == (false, .serverFull))
@@ -67,7 +67,7 @@ struct HubTests {
     /// client does: what it receives across its connections is every event after 30, once.
     @Test func aSubscriberCatchesUpFromTheLogThenTheRingUnderConcurrentWriters() async throws {
         // A small ring and small pages: the catch-up must read several pages while the ring moves.
-        let harness = try HubHarness(.init(ringCapacity: 16, catchUpPageSize: 7))
+        let harness = try HubHarness(.init(leaseTTL: HubHarness.lease, ringCapacity: 16, catchUpPageSize: 7))
         for index in 0..<100 { try await harness.add(sku: "s\(index)") }
         let writers = Task { try await writeConcurrently(to: harness.store, writers: 4, perWriter: 50) }
         var received: [Int64] = []
@@ -138,7 +138,7 @@ struct HubTests {
         let path = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString).sqlite").path
         defer { try? FileManager.default.removeItem(atPath: path) }
         // The ring keeps one event: a subscriber after 0 must read the log.
-        let harness = try HubHarness(.init(ringCapacity: 1), store: try CartStore(path: path))
+        let harness = try HubHarness(.init(leaseTTL: HubHarness.lease, ringCapacity: 1), store: try CartStore(path: path))
         for sku in ["a", "b", "c"] { try await harness.add(sku: sku) }
         // A prune (of nothing) makes the store forget the recent events it keeps in memory,
         // which would answer without reading the log.

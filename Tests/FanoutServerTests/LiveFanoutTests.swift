@@ -35,7 +35,7 @@ struct LiveFanoutTests {
     }
 
     @Test func aFullConnectionIsSkippedAndCarriesOnWhenItDrains() async throws {
-        let harness = try HubHarness(.init(ringCapacity: 100))
+        let harness = try HubHarness(.init(leaseTTL: HubHarness.lease, ringCapacity: 100))
         let (_, transport) = try await harness.live(carts: ["c"])
         Self.commit(harness, seq: 1)
         #expect(try await Self.written(harness, transport) == [1])
@@ -62,7 +62,7 @@ struct LiveFanoutTests {
     }
 
     @Test func aSubscriberThatFallsOutOfTheRingIsDroppedAsTooSlow() async throws {
-        let harness = try HubHarness(.init(ringCapacity: 4))
+        let harness = try HubHarness(.init(leaseTTL: HubHarness.lease, ringCapacity: 4))
         let (_, transport) = try await harness.live()
         try await Self.setWritable(false, harness, transport)
         for seq in Int64(1)...4 { Self.commit(harness, seq: seq) }
@@ -77,7 +77,7 @@ struct LiveFanoutTests {
     @Test func aStuckSubscriberDoesNotMakeEveryPassReadItsBacklog() async throws {
         // A lease far longer than the test: under a full run's load its 200 passes took over
         // the default 15 s once, and the stuck subscriber's lease lapsed.
-        let harness = try HubHarness(.init(leaseTTL: .seconds(600), ringCapacity: 1_000))
+        let harness = try HubHarness(.init(leaseTTL: HubHarness.lease, ringCapacity: 1_000))
         let (_, stuck) = try await harness.live()
         let (_, reader) = try await harness.live()
         try await Self.setWritable(false, harness, stuck)

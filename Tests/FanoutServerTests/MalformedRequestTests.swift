@@ -21,7 +21,7 @@ struct RawHTTP {
 
     /// Sends `request` (then `body`, which may be large), and reads until the server closes or
     /// `timeout` passes with nothing read.
-    static func exchange(port: Int, _ request: [UInt8], body: [UInt8] = [], timeout: Int = 10) async throws -> Answer {
+    static func exchange(port: Int, _ request: [UInt8], body: [UInt8] = [], timeout: Int = 30) async throws -> Answer {
         try await StalledClient.blocking {
             let socket = try connectedSocket(port: port) { socket in
                 var time = timeval(tv_sec: timeout, tv_usec: 0)
@@ -33,7 +33,9 @@ struct RawHTTP {
                 // Sent whole before anything is read, as a simple client does.
                 var offset = 0
                 while offset < bytes.count {
-                    let sent = bytes[offset...].withUnsafeBytes { Glibc.send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    let sent = retryingInterrupted {
+                        bytes[offset...].withUnsafeBytes { Glibc.send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    }
                     guard sent > 0 else { return Answer(text: "<send failed after \(offset) bytes>", closed: false) }
                     offset += sent
                 }
@@ -41,7 +43,7 @@ struct RawHTTP {
             var received: [UInt8] = []
             var chunk = [UInt8](repeating: 0, count: 64 * 1024)
             while true {
-                let count = recv(socket, &chunk, chunk.count, 0)
+                let count = retryingInterrupted { recv(socket, &chunk, chunk.count, 0) }
                 if count == 0 { return Answer(text: String(decoding: received, as: UTF8.self), closed: true) }
                 if count < 0 { return Answer(text: String(decoding: received, as: UTF8.self), closed: errno == ECONNRESET) }
                 received += chunk[0..<count]

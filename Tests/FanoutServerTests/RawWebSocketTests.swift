@@ -95,12 +95,14 @@ final class RawWebSocket: @unchecked Sendable {
 
     /// Sends bytes as they are (a frame built by hand, unmasked, say).
     func send(_ bytes: [UInt8]) throws {
-        guard Glibc.send(socket, bytes, bytes.count, Int32(MSG_NOSIGNAL)) == bytes.count else { throw POSIXError(.EIO) }
+        guard retryingInterrupted({ Glibc.send(socket, bytes, bytes.count, Int32(MSG_NOSIGNAL)) }) == bytes.count else {
+            throw POSIXError(.EIO)
+        }
     }
 
     private func receive() throws {
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        let count = recv(socket, &chunk, chunk.count, 0)
+        let count = retryingInterrupted { recv(socket, &chunk, chunk.count, 0) }
         guard count > 0 else { throw POSIXError(.ECONNRESET) }
         pending += chunk[0..<count]
     }

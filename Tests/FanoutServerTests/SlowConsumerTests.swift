@@ -52,7 +52,7 @@ final class StalledClient: @unchecked Sendable {
         var head: [UInt8] = []
         while !head.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)) {
             var byte: UInt8 = 0
-            guard recv(socket, &byte, 1, 0) == 1 else { throw POSIXError(.ECONNRESET) }
+            guard retryingInterrupted({ recv(socket, &byte, 1, 0) }) == 1 else { throw POSIXError(.ECONNRESET) }
             head.append(byte)
         }
         guard String(decoding: head, as: UTF8.self).hasPrefix("HTTP/1.1 101") else { throw POSIXError(.EPROTO) }
@@ -60,7 +60,7 @@ final class StalledClient: @unchecked Sendable {
     }
 
     private func send(_ bytes: [UInt8]) throws {
-        guard Glibc.send(socket, bytes, bytes.count, 0) == bytes.count else { throw POSIXError(.EIO) }
+        guard retryingInterrupted({ Glibc.send(socket, bytes, bytes.count, 0) }) == bytes.count else { throw POSIXError(.EIO) }
     }
 
     /// Client frames must be masked (RFC 6455 §5.3).
@@ -80,7 +80,7 @@ final class StalledClient: @unchecked Sendable {
         var messages: [Data] = []
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         while !enough(messages) {
-            let count = recv(socket, &chunk, chunk.count, 0)
+            let count = retryingInterrupted { recv(socket, &chunk, chunk.count, 0) }
             guard count > 0 else { break }
             pending += chunk[0..<count]
             while let (payload, used) = Self.frame(in: pending) {

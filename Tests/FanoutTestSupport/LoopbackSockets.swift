@@ -44,3 +44,13 @@ private func loopbackAddress(port: Int) -> sockaddr_in {
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
     return address
 }
+
+/// `call` (a `recv` or `send`) again for as long as a signal interrupts it: with a timeout set on
+/// the socket, even a handler installed with `SA_RESTART` ends the call with `EINTR`, and the
+/// tests' processes get `SIGCHLD` whenever one of the children they start exits.
+public func retryingInterrupted(_ call: () -> Int) -> Int {
+    while true {
+        let result = call()
+        if result >= 0 || errno != EINTR { return result }
+    }
+}

@@ -100,13 +100,18 @@ final class PostgresBackend: CartStoreBackend {
     /// on a pooled connection and with the lock's wait of a change (a session that holds the
     /// row makes this wait as writes do), on a primary that is not read-only.
     func checkWritable() async throws {
+        // Pooled connections the database ended while they were idle (a restart) are dropped
+        // as they are met: the probe asks on the next, at most once for each connection the
+        // pool may hold, and the first live one says what a change meets now.
+        let attempts = location.clientConfiguration.options.maximumConnections
         let (inRecovery, readOnly) = try await run {
-            do {
-                return try await takeTheSeqRow()
-            } catch  where Self.lostConnection(error) {
-                // A pooled connection the database ended while it was idle (a restart): the
-                // pool drops it, and a second connection says what a change meets now.
-                return try await takeTheSeqRow()
+            var attempt = 1
+            while true {
+                do {
+                    return try await takeTheSeqRow()
+                } catch  where Self.lostConnection(error) && attempt < attempts {
+                    attempt += 1
+                }
             }
         }
         guard !inRecovery, readOnly == "off" else {
