@@ -1,3 +1,4 @@
+import FanoutTestSupport
 import Foundation
 import Testing
 
@@ -32,23 +33,27 @@ struct CrashSurvivalTests {
             let (process, output) = try Self.startWriter(path)
             defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
 
-            // Read acknowledgements until a few hundred mutations returned, then kill mid-write.
+            // Read acknowledgements until a few hundred mutations returned, then kill mid-write;
+            // on a thread of its own, as the reads block while the writer works.
             let target = 150 + round * 50
-            var seen = 0
-            var buffer = Data()
             let handle = output.fileHandleForReading
-            while seen < target {
-                let chunk = handle.availableData
-                if chunk.isEmpty { break }  // writer died on its own
-                buffer.append(chunk)
-                while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
-                    let line = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self)
-                    buffer.removeSubrange(buffer.startIndex...newline)
-                    let fields = line.split(separator: " ")
-                    acknowledged.append((Int64(fields[0])!, String(fields[1]), String(fields[2])))
-                    seen += 1
+            let lines = try await onThreadOfItsOwn { () -> [(seq: Int64, cartID: String, sku: String)] in
+                var lines: [(seq: Int64, cartID: String, sku: String)] = []
+                var buffer = Data()
+                while lines.count < target {
+                    let chunk = handle.availableData
+                    if chunk.isEmpty { break }  // writer died on its own
+                    buffer.append(chunk)
+                    while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                        let fields = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self).split(separator: " ")
+                        buffer.removeSubrange(buffer.startIndex...newline)
+                        lines.append((Int64(fields[0])!, String(fields[1]), String(fields[2])))
+                    }
                 }
+                return lines
             }
+            acknowledged += lines
+            let seen = lines.count
             #expect(seen >= target, "writer stopped early in round \(round)")
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()

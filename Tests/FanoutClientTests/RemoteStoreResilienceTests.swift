@@ -107,7 +107,11 @@ struct RemoteStoreLifecycleTests {
         let recorder = Recorder(queue: DispatchQueue(label: "observer"))
         store.observers.add(recorder, carts: .only(["a"]), queue: recorder.queue)
         let updates = store.updates(of: .only(["a"]))
-        await eventually("live") { recorder.isLoaded && store.connectionState == .live }
+        let live = await eventually("live") { recorder.isLoaded && store.connectionState == .live }
+        if !live {
+            Issue.record(
+                "not live: \(store.connectionState), loaded \(recorder.isLoaded), \(recorder.record.withLockedValue { $0.states })")
+        }
         await eventually("one subscriber") { await server.subscribers() == 1 }
 
         await store.close()

@@ -22,7 +22,7 @@ struct RawHTTP {
     /// Sends `request` (then `body`, which may be large), and reads until the server closes or
     /// `timeout` passes with nothing read.
     static func exchange(port: Int, _ request: [UInt8], body: [UInt8] = [], timeout: Int = 30) async throws -> Answer {
-        try await StalledClient.blocking {
+        try await onThreadOfItsOwn {
             let socket = try connectedSocket(port: port) { socket in
                 var time = timeval(tv_sec: timeout, tv_usec: 0)
                 setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))

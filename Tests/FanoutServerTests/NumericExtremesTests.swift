@@ -143,7 +143,7 @@ struct NumericExtremesTests {
             // with it, and the connection stays open for a subscription that is right.
             for refused in [Self.min, "-1", Self.pastMax, Self.huge, "1e308", "0.5", #""12""#, "true"] {
                 let socket = try RawWebSocket(port: port)
-                let frames = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+                let frames = try await onThreadOfItsOwn { () throws -> [RawWebSocket.Frame] in
                     _ = try socket.upgrade()
                     try socket.sendText(#"{"type":"subscribe","since":\#(refused)}"#)
                     let refusal = try socket.frames { $0.isError || $0.opcode == 0x8 }

@@ -15,7 +15,7 @@ import Testing
 
 /// A WebSocket client on a bare socket, for what a library client will not send or show:
 /// refused upgrades' answers, fragments, pings and pongs. Its calls block: use it through
-/// `StalledClient.blocking`.
+/// `onThreadOfItsOwn`.
 final class RawWebSocket: @unchecked Sendable {
     struct Frame: Equatable {
         var opcode: UInt8
@@ -130,22 +130,22 @@ struct RawWebSocketTests {
             $0.allowedOrigins = ["http://ok.example"]
             Self.quietLeases(&$0)
         }) { port, server in
-            let noToken = try await StalledClient.blocking { try RawWebSocket(port: port).upgrade() }
+            let noToken = try await onThreadOfItsOwn { try RawWebSocket(port: port).upgrade() }
             #expect(noToken.head.hasPrefix("HTTP/1.1 401"))
             #expect(noToken.body.contains(#""code":"unauthorized""#))
-            let badOrigin = try await StalledClient.blocking {
+            let badOrigin = try await onThreadOfItsOwn {
                 try RawWebSocket(port: port).upgrade(path: "/subscribe?token=t0k", headers: ["Origin": "http://evil.example"])
             }
             #expect(badOrigin.head.hasPrefix("HTTP/1.1 403"))
             #expect(badOrigin.body.contains(#""code":"origin_not_allowed""#))
-            let elsewhere = try await StalledClient.blocking { try RawWebSocket(port: port).upgrade(path: "/carts?token=t0k") }
+            let elsewhere = try await onThreadOfItsOwn { try RawWebSocket(port: port).upgrade(path: "/carts?token=t0k") }
             #expect(elsewhere.head.hasPrefix("HTTP/1.1 404"))
 
             let first = try RawWebSocket(port: port)
-            let accepted = try await StalledClient.blocking { try first.upgrade(headers: ["Authorization": "Bearer t0k"]) }
+            let accepted = try await onThreadOfItsOwn { try first.upgrade(headers: ["Authorization": "Bearer t0k"]) }
             #expect(accepted.head.hasPrefix("HTTP/1.1 101"))
             await eventually("connected") { server.hub.stats.subscribers == 1 }
-            let full = try await StalledClient.blocking { try RawWebSocket(port: port).upgrade(path: "/subscribe?token=t0k") }
+            let full = try await onThreadOfItsOwn { try RawWebSocket(port: port).upgrade(path: "/subscribe?token=t0k") }
             #expect(full.head.hasPrefix("HTTP/1.1 503"))
             #expect(full.body.contains(#""code":"server_full""#))
         }
@@ -157,7 +157,7 @@ struct RawWebSocketTests {
             Self.quietLeases(&$0)
         }) { port, server in
             let client = try RawWebSocket(port: port)
-            let frames = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+            let frames = try await onThreadOfItsOwn { () throws -> [RawWebSocket.Frame] in
                 _ = try client.upgrade()
                 let welcome = try client.next()
                 try client.send(.init(opcode: 0x9, payload: Array("are you there".utf8)))
@@ -176,7 +176,7 @@ struct RawWebSocketTests {
             #expect(!frames.contains { $0.isError })
 
             // Fragments that together pass the limit: bad_frame, then 1009.
-            let ending = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+            let ending = try await onThreadOfItsOwn { () throws -> [RawWebSocket.Frame] in
                 try client.sendText(String(repeating: " ", count: 600), fin: false)
                 try client.send(.init(opcode: 0x0, payload: Array(String(repeating: " ", count: 600).utf8)))
                 let frames = try client.frames { $0.opcode == 0x8 }
@@ -194,7 +194,7 @@ struct RawWebSocketTests {
     @Test func aMessageInTooManyFragmentsIsTooLarge() async throws {
         try await withServer(Self.quietLeases) { port, _ in
             let client = try RawWebSocket(port: port)
-            let frames = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+            let frames = try await onThreadOfItsOwn { () throws -> [RawWebSocket.Frame] in
                 _ = try client.upgrade()
                 _ = try client.next()
                 try client.sendText(" ", fin: false)
@@ -215,7 +215,7 @@ struct RawWebSocketTests {
         try await withServer(Self.quietLeases) { port, _ in
             let client = try RawWebSocket(port: port)
             let rest = Array(#"{"type":"subscribe"}"#.utf8.dropFirst(first.utf8.count))
-            let frames = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+            let frames = try await onThreadOfItsOwn { () throws -> [RawWebSocket.Frame] in
                 _ = try client.upgrade()
                 _ = try client.next()
                 try client.sendText(first, fin: false)
@@ -233,7 +233,7 @@ struct RawWebSocketTests {
     @Test func aThousandAndTwentyFourEmptyFragmentsAreAMessageAndOneMoreIsTooMany() async throws {
         try await withServer(Self.quietLeases) { port, _ in
             let client = try RawWebSocket(port: port)
-            let accepted = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+            let accepted = try await onThreadOfItsOwn { () throws -> [RawWebSocket.Frame] in
                 _ = try client.upgrade()
                 _ = try client.next()
                 try client.sendText("", fin: false)
@@ -243,7 +243,7 @@ struct RawWebSocketTests {
             }
             #expect(accepted.last?.text.contains(#""type":"snapshot""#) == true, "\(accepted.map(\.text))")
 
-            let refused = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+            let refused = try await onThreadOfItsOwn { () throws -> [RawWebSocket.Frame] in
                 try client.sendText("", fin: false)
                 for _ in 0..<WebSocketTransport.maxFragments { try client.send(.init(opcode: 0x0, fin: false, payload: [])) }
                 return try client.frames { $0.opcode == 0x8 }
@@ -256,14 +256,14 @@ struct RawWebSocketTests {
     @Test func aClientCloseIsAnsweredAndTheSubscriberForgotten() async throws {
         try await withServer(Self.quietLeases) { port, server in
             let client = try RawWebSocket(port: port)
-            let reply = try await StalledClient.blocking { () throws -> [RawWebSocket.Frame] in
+            let reply = try await onThreadOfItsOwn { () throws -> [RawWebSocket.Frame] in
                 _ = try client.upgrade()
                 _ = try client.next()
                 try client.send(.init(opcode: 0x8, payload: [0x03, 0xE8]))
                 return try client.frames { $0.opcode == 0x8 }
             }
             #expect(reply.last?.closeCode == 1000)
-            let ended = try await StalledClient.blocking { try client.next() }
+            let ended = try await onThreadOfItsOwn { try client.next() }
             #expect(ended == nil, "the server closes the connection after its close frame")
             await eventually("forgotten") { server.hub.stats.subscribers == 0 }
         }
@@ -273,7 +273,7 @@ struct RawWebSocketTests {
         try await withServer(Self.quietLeases) { port, server in
             /// The frames up to the server's close, after `send` on a fresh subscriber.
             func closing(after send: @escaping @Sendable (RawWebSocket) throws -> Void) async throws -> [RawWebSocket.Frame] {
-                try await StalledClient.blocking {
+                try await onThreadOfItsOwn {
                     let client = try RawWebSocket(port: port)
                     _ = try client.upgrade()
                     _ = try client.next()

@@ -132,11 +132,11 @@ struct ServerProcessTests {
         let pid = server.process.processIdentifier
         let port = server.port
         let client = try RawWebSocket(port: port, receiveBuffer: 2_048)
-        let before = try await StalledClient.blocking { () throws -> Int in
+        let before = try await onThreadOfItsOwn { () throws -> Int in
             _ = try client.upgrade()
             return try Self.memory("VmRSS", of: pid)
         }
-        try await StalledClient.blocking {
+        try await onThreadOfItsOwn {
             // 100 000 answers held would be 14 MB of payload alone.
             for _ in 0..<100_000 { try client.sendText(#"{"type":"nope"}"#) }
         }
@@ -151,9 +151,9 @@ struct ServerProcessTests {
         // before it has ended the connection would give it room again.
         await stats("the subscriber ended as too slow") { ($0["ended"] as? [String: Any])?["tooSlow"] as? Int == 1 }
         // Only now read: what waited, then the close frame.
-        let frames = try await StalledClient.blocking { try client.frames { $0.opcode == 0x8 } }
+        let frames = try await onThreadOfItsOwn { try client.frames { $0.opcode == 0x8 } }
         #expect(frames.last?.closeCode == Int(FanoutCloseCode.tooSlow.rawValue), "after \(frames.filter(\.isError).count) answers")
-        try await StalledClient.blocking { try client.send(.init(opcode: 0x8, payload: [0x03, 0xE8])) }
+        try await onThreadOfItsOwn { try client.send(.init(opcode: 0x8, payload: [0x03, 0xE8])) }
         await stats("the connection closed") { $0["connections"] as? Int == 0 }
         let peak = try Self.memory("VmHWM", of: pid) - before
         let after = try Self.memory("VmRSS", of: pid) - before

@@ -61,7 +61,7 @@ struct SignedTokenStreamTests {
             Self.signedTokens(&$0)
             RawWebSocketTests.quietLeases(&$0)
         }) { port, server in
-            let badToken = try await StalledClient.blocking { try RawWebSocket(port: port).upgrade(path: "/subscribe?token=\(expired)") }
+            let badToken = try await onThreadOfItsOwn { try RawWebSocket(port: port).upgrade(path: "/subscribe?token=\(expired)") }
             #expect(badToken.head.hasPrefix("HTTP/1.1 401"))
             #expect(badToken.head.contains(#"WWW-Authenticate: Bearer error="invalid_token""#))
             #expect(badToken.body.contains(#""code":"invalid_token""#))
@@ -71,7 +71,7 @@ struct SignedTokenStreamTests {
             #expect(stream.status == 403)
             #expect(stream.refusalBody?.contains(#""code":"forbidden_cart""#) == true)
             let writeOnly = try await Tokens.hs256("alice", carts: ["alice"], scope: "write")
-            let cannotRead = try await StalledClient.blocking {
+            let cannotRead = try await onThreadOfItsOwn {
                 try RawWebSocket(port: port).upgrade(path: "/subscribe?token=\(writeOnly)")
             }
             #expect(cannotRead.head.hasPrefix("HTTP/1.1 403"))
@@ -220,7 +220,7 @@ struct SignedTokenStreamTests {
             for token in [expired, forged] {
                 let refused = try await EventStreamClient(port: port, path: "/subscribe?token=\(token)")
                 await eventually("the refusal") { refused.refusalBody != nil }
-                _ = try? await StalledClient.blocking { try RawWebSocket(port: port).upgrade(path: "/subscribe?token=\(token)") }
+                _ = try? await onThreadOfItsOwn { try RawWebSocket(port: port).upgrade(path: "/subscribe?token=\(token)") }
             }
             _ = try await webSocket.closeFrame()
             await eventually(timeout: .seconds(10), "the stream's end") { stream.isClosed }

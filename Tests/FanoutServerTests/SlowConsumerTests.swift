@@ -18,17 +18,7 @@ final class StalledClient: @unchecked Sendable {
     let socket: Int32
 
     static func connect(port: Int) async throws -> StalledClient {
-        try await blocking { try StalledClient(port: port) }
-    }
-
-    /// Runs `work` on a thread of its own and waits for it without holding a thread of the
-    /// concurrency pool. Not on `DispatchQueue.global()`: on Linux its threads are as few as the
-    /// cores, and the pool itself runs on them, so a blocked call there stalls the in-process
-    /// servers of every test (a long-poll held one for seconds, and leases lapsed).
-    static func blocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
-        }
+        try await onThreadOfItsOwn { try StalledClient(port: port) }
     }
 
     private init(port: Int) throws {
@@ -175,7 +165,7 @@ struct SlowConsumerTests {
             }
             #expect(server.hub.stats.slowConsumerDrops == 0)
             let decoder = FanoutJSON.decoder()
-            let messages = try await StalledClient.blocking {
+            let messages = try await onThreadOfItsOwn {
                 try paused.readMessages { messages in messages.count >= 1 + written }  // the welcome, then the events
             }
             let seqs = messages.compactMap { data -> Int64? in

@@ -54,3 +54,14 @@ public func retryingInterrupted(_ call: () -> Int) -> Int {
         if result >= 0 || errno != EINTR { return result }
     }
 }
+
+/// Runs `work`, which blocks (a socket, a pipe, a child process), on a thread of its own and
+/// waits for it without holding a thread of the concurrency pool. Not on
+/// `DispatchQueue.global()`: on Linux its threads are as few as the cores, and the pool itself
+/// runs on them, so a blocked call there stalls every other test of the process (a long-poll
+/// held one for seconds, and leases lapsed).
+public func onThreadOfItsOwn<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
+    }
+}
