@@ -46,9 +46,17 @@ enum HTTPExchange {
         let head = HTTPRequestHead(version: .http1_1, method: method, uri: target, headers: headers)
         do {
             return try await channel.executeThenClose { inbound, outbound in
-                try await outbound.write(.head(head))
-                if let body { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
-                try await outbound.write(.end(nil))
+                // A server may answer and close before the request has all gone out (a GET
+                // answered at its head, a 413 before the body): then its answer, if whole, is
+                // the answer, and the failed write is said only when no answer came.
+                var writeFailure: (any Error)?
+                do {
+                    try await outbound.write(.head(head))
+                    if let body { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
+                    try await outbound.write(.end(nil))
+                } catch {
+                    writeFailure = error
+                }
                 var status = 0
                 var answer: [UInt8] = []
                 for try await part in inbound {
@@ -64,6 +72,7 @@ enum HTTPExchange {
                         return (status, answer)
                     }
                 }
+                if let writeFailure { throw writeFailure }
                 throw RemoteStoreError.unreachable("the connection to \(host):\(port) closed before the answer was whole")
             }
         } catch let error as RemoteStoreError {
