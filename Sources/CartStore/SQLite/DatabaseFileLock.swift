@@ -40,9 +40,16 @@ final class DatabaseFileLock: Sendable {
     }
 
     /// Lets another store open the database. Later calls do nothing.
+    ///
+    /// Unlocked before it is closed: the lock belongs to the open file, which a child process
+    /// this one starts shares until its `exec` closes its copy, so a close alone can leave the
+    /// file locked for that moment (a store reopened at once was once refused as in use).
     func release() {
         let descriptor = descriptor.exchange(-1, ordering: .acquiringAndReleasing)
-        if descriptor >= 0 { close(descriptor) }
+        if descriptor >= 0 {
+            flock(descriptor, LOCK_UN)
+            close(descriptor)
+        }
     }
 
     deinit { release() }
