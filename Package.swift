@@ -1,6 +1,12 @@
 // swift-tools-version:6.1
 import PackageDescription
 
+/// A product that only the server, its tools and tests use: resolved only under the trait
+/// `Server` (an app that depends on the package with `traits: []` never checks it out).
+func serverOnly(_ name: String, _ package: String) -> Target.Dependency {
+    .product(name: name, package: package, condition: .when(traits: ["Server"]))
+}
+
 let package = Package(
     name: "fanout",
     // What the dependencies need (Synchronization's Atomic, NIO's typed WebSocket upgrader):
@@ -9,39 +15,52 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "CartStore", targets: ["CartStore"]),
+        // The PostgreSQL engine: the server's, for several servers on one database (trait Server).
+        .library(name: "CartStorePostgres", targets: ["CartStorePostgres"]),
         .library(name: "FanoutProtocol", targets: ["FanoutProtocol"]),
         .library(name: "FanoutClient", targets: ["FanoutClient"]),
         .library(name: "WeakObservers", targets: ["WeakObservers"]),
         .executable(name: "fanout-server", targets: ["FanoutServer"]),
         .executable(name: "fanout-client", targets: ["fanout-client"]),
     ],
+    // What an app needs (CartStore on SQLite, FanoutClient, FanoutProtocol, WeakObservers) is
+    // built on GRDB, SwiftNIO (and NIOSSL), swift-collections and swift-log alone. Everything
+    // else is the server's and is used only under the trait `Server`, on by default: an app
+    // that depends on this package with `traits: []` resolves none of those packages (see
+    // docs/LIBRARIES.md). The benchmarks and their packages exist only with FANOUT_BENCHMARKS set.
+    traits: [
+        .trait(
+            name: "Server",
+            description: "fanout-server, fanout-client, the PostgreSQL engine (CartStorePostgres), the tests and their packages."
+        ),
+        .default(enabledTraits: ["Server"]),
+    ],
     dependencies: [
+        // The SQLite engine of CartStore.
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
-        // The PostgreSQL engine of CartStore: several servers on one database.
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        // FanoutClient's connections, NIOConcurrencyHelpers' lock for every library; the
+        // server's WebSocket, NIOEmbedded in its unit tests, fanout-bench's subscribers.
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
+        // FanoutClient's wss:// and https://.
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.0"),
+        // The server's (trait Server) from here on.
+        // The PostgreSQL engine (CartStorePostgres): several servers on one database.
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
-        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
-        // Already there under Hummingbird; named for the server's WebSocket, NIOEmbedded in its
-        // unit tests, and fanout-bench's subscribers, which are plain NIO channels.
-        .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
-        .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
         // `/metrics`: the swift-metrics API, exported in Prometheus text by swift-prometheus.
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
-        // Already there under PostgresNIO and Hummingbird; named for CartStore's services (the
-        // PostgreSQL pool and follower, run in the server's service group).
+        // The PostgreSQL store's service (its pool and follower), run in the server's group.
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
-        // Already there under the tests' Hummingbird WebSocket client; named for FanoutClient's
-        // wss:// and https://.
-        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.0"),
-        // `swift package generate-documentation`: DocC for CartStore and FanoutClient (.ci/run
-        // builds it, warnings as errors).
-        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // Per-user signed tokens (HS256 secret, or PEM/JWKS public keys): verified, never by hand.
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
+        // `swift package generate-documentation`: DocC for CartStore and FanoutClient (.ci/run
+        // builds it, warnings as errors). Used by no target, so never resolved by an app.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // The cart value types and the wire messages, shared by the store, server and client.
@@ -64,14 +83,14 @@ let package = Package(
             ]
         ),
         .target(name: "ProcessSignals"),
+        // Carts and their event log in SQLite, observed in process; the engine protocol that
+        // CartStorePostgres implements too.
         .target(
             name: "CartStore",
             dependencies: [
                 "FanoutProtocol",
                 "WeakObservers",
                 .product(name: "GRDB", package: "GRDB.swift"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 // NIOLockedValueBox, the lock of shared state (see docs/ARCHITECTURE.md).
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 // The SQLite engine's recent events (`RecentEvents`).
@@ -79,23 +98,36 @@ let package = Package(
             ],
             plugins: ["EmbedMigrations"]
         ),
+        // The PostgreSQL engine of CartStore: a `Service` the server runs (its pool and follower).
+        .target(
+            name: "CartStorePostgres",
+            dependencies: [
+                "CartStore",
+                serverOnly("PostgresNIO", "postgres-nio"),
+                serverOnly("ServiceLifecycle", "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            plugins: ["EmbedMigrations"]
+        ),
         .executableTarget(
             name: "FanoutServer",
             dependencies: [
                 "CartStore",
+                "CartStorePostgres",
                 "FanoutProtocol",
                 "ProcessSignals",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdCore", package: "hummingbird"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                serverOnly("Hummingbird", "hummingbird"),
+                serverOnly("HummingbirdCore", "hummingbird"),
+                serverOnly("ArgumentParser", "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 // `/subscribe` is NIO's WebSocket upgrade and frame codec, driven by our handler.
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "JWTKit", package: "jwt-kit"),
+                serverOnly("Metrics", "swift-metrics"),
+                serverOnly("Prometheus", "swift-prometheus"),
+                serverOnly("JWTKit", "jwt-kit"),
             ],
             // The page's source, compiled in by EmbedServedFiles rather than copied as a resource.
             exclude: ["Page/index.html", "Page/page.js"],
@@ -108,7 +140,7 @@ let package = Package(
                 "FanoutClient",
                 "FanoutProtocol",
                 "ProcessSignals",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                serverOnly("ArgumentParser", "swift-argument-parser"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
@@ -127,42 +159,20 @@ let package = Package(
             capability: .buildTool(),
             dependencies: ["embed-file"]
         ),
-        // Benchmark: `swift run -c release cartstore-bench`.
-        .executableTarget(
-            name: "cartstore-bench",
-            dependencies: [
-                "CartStore",
-                .product(name: "OpenCombine", package: "OpenCombine"),
-            ],
-            path: "benchmarks/CartStoreBench"
-        ),
-        // Benchmark: what a one-route Hummingbird server costs per request (benchmarks/requests.sh,
-        // PEERS=1), beside fanout-server's /healthz.
-        .executableTarget(
-            name: "hummingbird-floor",
-            dependencies: [.product(name: "Hummingbird", package: "hummingbird")],
-            path: "benchmarks/HummingbirdFloor"
-        ),
         // Test helper: a child process that writes until it is killed (crash-survival tests).
         .executableTarget(
             name: "cartstore-crash-writer",
             dependencies: ["CartStore"],
             path: "Tests/CartStoreCrashWriter"
         ),
-        // Benchmark: `swift run -c release fanout-client-bench`, a RemoteCartStore's cost per event
-        // and observer next to the bare weak observer set.
-        .executableTarget(
-            name: "fanout-client-bench",
-            dependencies: ["FanoutClient", "WeakObservers"],
-            path: "benchmarks/FanoutClientBench"
-        ),
         // Benchmark: `swift run -c release fanout-bench`, fan-out against fanout-server or nchan
-        // (benchmarks/compare.sh). Shares only FanoutProtocol with fanout-client.
+        // (benchmarks/compare.sh); EndToEndTests check what compare.sh relies on. Shares only
+        // FanoutProtocol with fanout-client.
         .executableTarget(
             name: "fanout-bench",
             dependencies: [
                 "FanoutProtocol",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                serverOnly("ArgumentParser", "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -180,7 +190,7 @@ let package = Package(
         // Helpers shared by the test targets.
         .target(
             name: "FanoutTestSupport",
-            dependencies: ["CartStore", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
+            dependencies: ["CartStore", "CartStorePostgres", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
             path: "Tests/FanoutTestSupport"
         ),
         .testTarget(name: "FanoutProtocolTests", dependencies: ["FanoutProtocol"]),
@@ -191,7 +201,7 @@ let package = Package(
                 "FanoutTestSupport", "FanoutServer", "fanout-client", "fanout-bench", "remote-store-probe",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 // The DevTools protocol of the headless Chromium that PageTests drive.
-                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                serverOnly("HummingbirdWSClient", "hummingbird-websocket"),
             ]
         ),
         // The client's own logic (the subscriber's printing and resume state), in process.
@@ -216,10 +226,10 @@ let package = Package(
                 "FanoutServer",
                 "FanoutTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                serverOnly("HummingbirdTesting", "hummingbird"),
+                serverOnly("HummingbirdWSClient", "hummingbird-websocket"),
                 // Forged and foreign tokens (RS256, ES256, EdDSA) signed in the tests.
-                .product(name: "JWTKit", package: "jwt-kit"),
+                serverOnly("JWTKit", "jwt-kit"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -228,9 +238,39 @@ let package = Package(
         .testTarget(
             name: "CartStoreTests",
             dependencies: [
-                "CartStore", "FanoutTestSupport", "cartstore-crash-writer", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                "CartStore", "CartStorePostgres", "FanoutTestSupport", "cartstore-crash-writer",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
     ],
     swiftLanguageModes: [.v6]
 )
+
+// The benchmarks with the packages only they use: there when asked for, never resolved by an
+// app (Hummingbird gates its benchmarks the same way).
+if Context.environment["FANOUT_BENCHMARKS"] != nil {
+    package.dependencies.append(.package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"))
+    package.targets += [
+        // `FANOUT_BENCHMARKS=1 swift run -c release cartstore-bench`: the store's mutations and
+        // observers, beside OpenCombine's subject.
+        .executableTarget(
+            name: "cartstore-bench",
+            dependencies: ["CartStore", .product(name: "OpenCombine", package: "OpenCombine")],
+            path: "benchmarks/CartStoreBench"
+        ),
+        // What a one-route Hummingbird server costs per request (benchmarks/requests.sh), beside
+        // fanout-server's /healthz.
+        .executableTarget(
+            name: "hummingbird-floor",
+            dependencies: [.product(name: "Hummingbird", package: "hummingbird")],
+            path: "benchmarks/HummingbirdFloor"
+        ),
+        // `FANOUT_BENCHMARKS=1 swift run -c release fanout-client-bench`: a RemoteCartStore's cost
+        // per event and observer next to the bare weak observer set.
+        .executableTarget(
+            name: "fanout-client-bench",
+            dependencies: ["FanoutClient", "WeakObservers"],
+            path: "benchmarks/FanoutClientBench"
+        ),
+    ]
+}

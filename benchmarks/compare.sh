@@ -7,6 +7,8 @@
 # (default 3600), TOKENS=1 (fanout's subscribers hold a signed token naming the carts written,
 # the writers the operator's token: the per-event cost of a token's cart filter).
 set -euo pipefail
+# The benchmark executables exist only with this set (Package.swift).
+export FANOUT_BENCHMARKS=1
 cd "$(dirname "$0")/.."
 
 export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"

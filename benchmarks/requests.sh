@@ -11,6 +11,8 @@
 # and the same answer from nginx's `return 200`: the floors fanout's HTTP layer stands on).
 # Durability is as shipped (full).
 set -euo pipefail
+# The benchmark executables exist only with this set (Package.swift).
+export FANOUT_BENCHMARKS=1
 cd "$(dirname "$0")/.."
 source benchmarks/lib.sh   # free_port, child_of
 

@@ -1,8 +1,8 @@
 import Foundation
 import PackagePlugin
 
-/// Compiles the package's `migrations/*.sql` (SQLite) and `migrations/postgresql/*.sql` into
-/// the target as Swift source.
+/// Compiles the package's migrations into the target as Swift source: `migrations/*.sql`
+/// (SQLite) into CartStore, `migrations/postgresql/*.sql` into CartStorePostgres.
 ///
 /// The SQL files at the repository root stay the one source of the schema; the binaries carry
 /// them, so a server started from any directory migrates its database the same way.
@@ -10,12 +10,11 @@ import PackagePlugin
 struct EmbedMigrations: BuildToolPlugin {
     func createBuildCommands(context: PluginContext, target: Target) throws -> [Command] {
         let migrationsDirectory = context.package.directoryURL.appending(path: "migrations")
-        let files = try [migrationsDirectory, migrationsDirectory.appending(path: "postgresql")].flatMap { directory in
-            try FileManager.default
-                .contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
-                .filter { $0.pathExtension == "sql" }
-                .sorted { $0.lastPathComponent < $1.lastPathComponent }
-        }
+        let directory = target.name == "CartStorePostgres" ? migrationsDirectory.appending(path: "postgresql") : migrationsDirectory
+        let files = try FileManager.default
+            .contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
+            .filter { $0.pathExtension == "sql" }
+            .sorted { $0.lastPathComponent < $1.lastPathComponent }
         let output = context.pluginWorkDirectoryURL.appending(path: "EmbeddedMigrations.swift")
         return [
             .buildCommand(

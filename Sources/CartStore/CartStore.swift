@@ -1,8 +1,5 @@
 import Foundation
 import GRDB
-import Logging
-import NIOConcurrencyHelpers
-import ServiceLifecycle
 
 /// Shopping carts with a durable event log and weakly held observers, kept in SQLite (one file,
 /// one server) or PostgreSQL (one database, several servers).
@@ -10,7 +7,8 @@ import ServiceLifecycle
 /// Every mutation changes the cart rows and appends one event to the log in the same
 /// transaction (concurrent mutations share one transaction and one sync, each in a savepoint,
 /// see `GroupCommit`); the event's `seq` is strictly increasing and gap-free. The engine is a
-/// `CartStoreBackend` (`SQLiteBackend`, `PostgresBackend`); the input checks, the plan of a
+/// `CartStoreBackend` (`SQLiteBackend`, or CartStorePostgres's `PostgresBackend`, opened by
+/// `PostgresCartStore`); the input checks, the plan of a
 /// change (`CartMutation`), validators and delivery are the same for both. After the commit,
 /// and in seq order, the event is delivered to `observers` (on PostgreSQL, every store on the
 /// database delivers every commit, its own and the others'). Invalid input and vetoed changes
@@ -41,7 +39,7 @@ public final class CartStore: CartSource {
     public static let followerBufferLimit = 1_024
 
     /// The storage engine: what keeps the rows and the log, and commits.
-    let backend: any CartStoreBackend
+    package let backend: any CartStoreBackend
 
     /// Opens (creating if needed) the SQLite database at `path` in WAL mode, migrates it, and
     /// checks that it can be written.
@@ -65,64 +63,27 @@ public final class CartStore: CartSource {
         self.init(backend: try SQLiteBackend(writer: writer, commitLimit: commitLimit))
     }
 
-    /// The engine's services, when the store runs them itself: cancelled by `close`.
-    private let ownServices = NIOLockedValueBox<Task<Void, Never>?>(nil)
-    /// Whether the opener runs the engine's services (`services`).
-    private let servicesRunElsewhere: Bool
-
-    init(backend: any CartStoreBackend, runsItsServices: Bool = true) {
+    /// A store on `backend`, which delivers its commits to the store's observers from now on.
+    package init(backend: any CartStoreBackend) {
         self.backend = backend
-        servicesRunElsewhere = !runsItsServices
         observers = Observers()
         observers.attach(to: self)
-        // The engine gets a sink, not the store: it holds the store weakly. Before its services
-        // run, so that nothing they deliver is missed.
+        // The engine gets a sink, not the store: it holds the store weakly.
         backend.start(delivering: EventSink { [weak self] event in self?.deliver(event) })
-        let services = backend.services
-        if runsItsServices, !services.isEmpty {
-            var logger = Logger(label: "fanout.store")
-            logger.logLevel = .warning
-            let group = ServiceGroup(configuration: .init(services: services, logger: logger))
-            ownServices.withLockedValue { $0 = Task { try? await group.run() } }
-        }
-    }
-
-    /// The store's long-running parts, for the opener to run in its service group (a server's,
-    /// before anything else that uses the store): on PostgreSQL the connection pool and the
-    /// follower, when opened with `runsItsServices: false`. Empty otherwise: a SQLite store
-    /// needs none, and one that runs its own runs them until `close`.
-    public var services: [any Service] {
-        servicesRunElsewhere ? backend.services : []
     }
 
     /// Whether `location` names a PostgreSQL database (`postgres://…` or `postgresql://…`)
     /// rather than a SQLite file.
     public static func isPostgresURL(_ location: String) -> Bool {
-        PostgresLocation.isPostgresURL(location)
+        location.hasPrefix("postgres://") || location.hasPrefix("postgresql://")
     }
 
     /// A database location (a SQLite path, or a PostgreSQL URL) as it may be printed or
     /// logged: a URL's password replaced by `***`.
     public static func printableLocation(_ location: String) -> String {
-        PostgresLocation.printable(location)
-    }
-
-    /// Opens the store in the PostgreSQL database at `url`
-    /// (`postgres://user[:password]@host[:port]/database`), migrating it, and delivers every
-    /// event committed there from now on, by this store or any other on the same database, to
-    /// `observers`, in seq order. Several stores (several servers) may share one database.
-    ///
-    /// - Throws: `CartStoreError`: `storeUnavailable` when the database cannot be reached or
-    ///   written, `notAFanoutDatabase` for a database with another program's tables,
-    ///   `schemaTooNew` for one migrated by a newer version.
-    ///
-    /// - Parameters:
-    ///   - url: the database, `postgres://user[:password]@host[:port]/database`.
-    ///   - runsItsServices: true (the default), the store runs its connection pool and
-    ///     follower itself until `close`; false, the caller runs `services` in its own service
-    ///     group (as `fanout-server` does), and nothing reaches the database until it does.
-    public static func open(postgresURL url: String, runsItsServices: Bool = true) async throws -> CartStore {
-        CartStore(backend: try await PostgresBackend.open(url: url), runsItsServices: runsItsServices)
+        guard isPostgresURL(location), var url = URLComponents(string: location), url.password != nil else { return location }
+        url.password = "***"
+        return url.string ?? "a PostgreSQL URL"
     }
 
     /// The newest seq delivered to the observers so far, without asking the database: an
@@ -137,9 +98,7 @@ public final class CartStore: CartSource {
     public var waitingChanges: Int { backend.waitingChanges }
 
     /// Which engine keeps the data: `sqlite` or `postgresql`.
-    public var engineName: String {
-        backend is PostgresBackend ? "postgresql" : "sqlite"
-    }
+    public var engineName: String { backend.engineName }
 
     /// Checks that a change would be written now; throws `storeUnavailable` or `storageFull`
     /// otherwise. `/healthz` asks it.
@@ -177,7 +136,6 @@ public final class CartStore: CartSource {
     /// Closes the database. Later calls fail; pending writes have finished when this returns.
     /// Every `CartObserver` is told `closed` (on its queue, its last callback).
     public func close() throws {
-        ownServices.withLockedValue { $0?.cancel() }
         defer { observers.close(store: self) }
         try backend.close()
     }

@@ -1,3 +1,4 @@
+import CartStore
 import Foundation
 import Logging
 import PostgresNIO

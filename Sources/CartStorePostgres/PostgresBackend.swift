@@ -1,3 +1,4 @@
+import CartStore
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
@@ -42,7 +43,7 @@ final class PostgresBackend: CartStoreBackend {
     }
 
     /// Connects, migrates, and reads where the log stands, on one connection of its own (the
-    /// pool is not running yet: see `services`); the follower will deliver from there.
+    /// pool is not running yet: see `run`); the follower will deliver from there.
     ///
     /// - Throws: `storeUnavailable` when the database cannot be reached or used,
     ///   `notAFanoutDatabase`, `schemaTooNew`.
@@ -79,9 +80,30 @@ final class PostgresBackend: CartStoreBackend {
         return PostgresBackend(location: location, client: client, latestSeq: latest, logger: logger, commitLimit: commitLimit)
     }
 
-    /// The connection pool and the follower (LISTEN doorbell and poll): nothing reaches the
-    /// database until they run, in the server's service group or the store's own.
-    var services: [any Service] { [client, PostgresFollower.Service(follower: follower)] }
+    /// Ends `run` when the store is closed.
+    private let closing = AsyncStream<Void>.makeStream()
+
+    /// Runs the connection pool and the follower (LISTEN doorbell and poll): nothing reaches
+    /// the database until they run. They run until the task is cancelled, the service group
+    /// that runs them shuts down, or the store is closed.
+    func run() async {
+        let client = self.client
+        let follower = self.follower
+        let closed = closing.stream
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await client.run() }
+                group.addTask { await follower.listen() }
+                group.addTask { await follower.poll(every: Self.pollInterval) }
+                group.addTask { for await _ in closed {} }
+                // The first to end (the store closed; the others end only when cancelled).
+                _ = await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    var engineName: String { "postgresql" }
 
     var waitingChanges: Int { commits.waiting }
 
@@ -93,8 +115,10 @@ final class PostgresBackend: CartStoreBackend {
         await follower.delivered
     }
 
-    /// The services stop with the group that runs them.
-    func close() throws {}
+    /// Ends `run`.
+    func close() throws {
+        closing.continuation.finish()
+    }
 
     /// Whether a change would be written now: the seq row taken in a transaction of its own,
     /// on a pooled connection and with the lock's wait of a change (a session that holds the

@@ -1,3 +1,4 @@
+import CartStore
 import NIOConcurrencyHelpers
 import PostgresNIO
 

@@ -1,7 +1,7 @@
+import CartStore
 import Logging
 import NIOConcurrencyHelpers
 import PostgresNIO
-import ServiceLifecycle
 
 /// How a store on PostgreSQL hears of every commit, its own and other servers': it reads the
 /// log after the last seq it delivered, in order, and delivers each event to the store's
@@ -148,24 +148,6 @@ actor PostgresFollower {
         while !Task.isCancelled {
             try? await Task.sleep(for: interval)
             await catchUpQuietly()
-        }
-    }
-}
-
-extension PostgresFollower {
-    /// The follower's two loops, the LISTEN doorbell and the poll, as one service: they run
-    /// until the group that runs them shuts down.
-    struct Service: ServiceLifecycle.Service {
-        let follower: PostgresFollower
-
-        func run() async throws {
-            let follower = self.follower
-            await cancelWhenGracefulShutdown {
-                await withTaskGroup(of: Void.self) { group in
-                    group.addTask { await follower.listen() }
-                    group.addTask { await follower.poll(every: PostgresBackend.pollInterval) }
-                }
-            }
         }
     }
 }

@@ -1,3 +1,4 @@
+import CartStore
 import Foundation
 import PostgresNIO
 
@@ -13,7 +14,7 @@ struct PostgresLocation: Sendable, Equatable {
 
     /// Whether `string` names a PostgreSQL database rather than a file.
     static func isPostgresURL(_ string: String) -> Bool {
-        string.hasPrefix("postgres://") || string.hasPrefix("postgresql://")
+        CartStore.isPostgresURL(string)
     }
 
     init(url string: String) throws {
@@ -34,12 +35,9 @@ struct PostgresLocation: Sendable, Equatable {
         self.database = database.removingPercentEncoding ?? database
     }
 
-    /// `location` as it may be printed or logged: a URL's password replaced by `***`; anything
-    /// else as it is.
+    /// `location` as it may be printed or logged: a URL's password replaced by `***`.
     static func printable(_ location: String) -> String {
-        guard isPostgresURL(location), var url = URLComponents(string: location), url.password != nil else { return location }
-        url.password = "***"
-        return url.string ?? "a PostgreSQL URL"
+        CartStore.printableLocation(location)
     }
 
     var clientConfiguration: PostgresClient.Configuration {

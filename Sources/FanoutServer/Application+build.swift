@@ -37,10 +37,15 @@ struct FanoutServerApp: Sendable {
 /// Builds the application: routes, the `/subscribe` WebSocket upgrade (`FanoutChannel`), and
 /// the hub as a store observer, with its service.
 ///
-/// - Parameter onServerRunning: called with the bound port once the server listens.
+/// - Parameters:
+///   - storeService: what keeps the store working, when it needs something run (a
+///     `PostgresCartStore`): first in the server's service group, so that it starts before, and
+///     stops after, everything that uses the store.
+///   - onServerRunning: called with the bound port once the server listens.
 func buildApplication(
     configuration: ServerConfiguration,
     store: CartStore,
+    storeService: (any Service)? = nil,
     logger: Logger,
     onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws -> FanoutServerApp {
@@ -99,9 +104,8 @@ func buildApplication(
         configuration: .init(
             address: .hostname(configuration.host, port: configuration.port), serverName: "fanout",
             availableConnectionsDelegate: configuration.maxConnections.map { MaximumAvailableConnections($0, logger: logger) }),
-        // The store's (PostgreSQL's pool and follower) first: they start before, and stop after,
-        // everything that uses them.
-        services: store.services + [HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval)],
+        // The store's (PostgreSQL's pool and follower) first.
+        services: [storeService].compactMap { $0 } + [HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval)],
         onServerRunning: { channel in
             await onServerRunning(channel.localAddress?.port ?? configuration.port)
         },

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CartStore
+import CartStorePostgres
 import Foundation
 import Logging
 
@@ -130,11 +131,14 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.maxConnections = max(16, OpenFilesLimit.raise(logger: logger) - OpenFilesLimit.reserve)
 
         let store: CartStore
+        var storeService: PostgresCartStore?
         let location = configuration.database
         do {
             if CartStore.isPostgresURL(location) {
                 // Its pool and follower run in the server's service group (`buildApplication`).
-                store = try await CartStore.open(postgresURL: location, runsItsServices: false)
+                let postgres = try await PostgresCartStore(url: location)
+                store = postgres.store
+                storeService = postgres
             } else {
                 store = try CartStore(path: location)
             }
@@ -146,7 +150,9 @@ struct FanoutServerCommand: AsyncParsableCommand {
         let host = configuration.host
         let server: FanoutServerApp
         do {
-            server = try await buildApplication(configuration: configuration, store: store, logger: logger) { port in
+            server = try await buildApplication(
+                configuration: configuration, store: store, storeService: storeService, logger: logger
+            ) { port in
                 // Unbuffered: scripts and tests wait for this line.
                 FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
             }

@@ -7,6 +7,7 @@ struct CartMutationTests {
     @Test(arguments: Engine.available)
     func addingCreatesTheCartAndAddingAgainGrowsTheLine(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         let first = try await store.addItem(cartID: "c1", sku: "apple", quantity: 2, unitPriceCents: 50, name: "Apple")
         #expect(first.cart.version == 1)
         #expect(first.event.seq == 1)
@@ -27,6 +28,7 @@ struct CartMutationTests {
     @Test(arguments: Engine.available)
     func setQuantityChangesAndZeroRemoves(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 10)
         try await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 20)
         let set = try await store.setQuantity(cartID: "c", sku: "a", quantity: 7)
@@ -40,6 +42,7 @@ struct CartMutationTests {
     @Test(arguments: Engine.available)
     func removeAndClear(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 10)
         try await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 20)
         try await store.removeItem(cartID: "c", sku: "a")
@@ -54,6 +57,7 @@ struct CartMutationTests {
     @Test(arguments: Engine.available)
     func listsCartsByIdAndReadsUnknownCartAsNil(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         try await store.addItem(cartID: "b", sku: "x", quantity: 1, unitPriceCents: 1)
         try await store.addItem(cartID: "a", sku: "y", quantity: 2, unitPriceCents: 3)
         #expect(try await store.carts().map(\.id) == ["a", "b"])
@@ -68,6 +72,7 @@ struct CartMutationTests {
     @Test(arguments: Engine.available)
     func aSetOfCartsSelectsExactlyThoseCarts(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         for name in ["a", "b", "c.d", "e_f-g"] {
             try await store.addItem(cartID: name, sku: "s", quantity: 1, unitPriceCents: 1)
         }
@@ -90,6 +95,7 @@ struct CartMutationTests {
     @Test(arguments: Engine.available)
     func expectedVersionMismatchIsAConflictAndChangesNothing(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         // Version 0 is "does not exist yet".
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 10, expectedVersion: 0)
         await #expect(throws: CartStoreError.self) {
@@ -142,6 +148,7 @@ struct CartMutationTests {
     @Test(arguments: Engine.available)
     func limitsAtTheirEdgesAreAccepted(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         let id = String(repeating: "Z", count: 64)
         let commit = try await store.addItem(
             cartID: id, sku: "a.b_c-9", quantity: 10_000, unitPriceCents: 1_000_000_000,
@@ -152,6 +159,7 @@ struct CartMutationTests {
     @Test(arguments: Engine.available)
     func overflowingALineIsRefused(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "a", quantity: 9_999, unitPriceCents: 1)
         do {
             try await store.addItem(cartID: "c", sku: "a", quantity: 2, unitPriceCents: 1)
@@ -183,6 +191,7 @@ struct CartMutationTests {
     @Test(arguments: Engine.available)
     func unknownCartsAndItemsAreNotFound(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         await #expect { try await store.removeItem(cartID: "ghost", sku: "a") } throws: { CartStoreError.code($0) == .cartNotFound }
         await #expect { try await store.clearCart(cartID: "ghost") } throws: { CartStoreError.code($0) == .cartNotFound }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)

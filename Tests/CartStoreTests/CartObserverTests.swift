@@ -13,6 +13,7 @@ struct CartObserverTests {
     @Test(arguments: Engine.available)
     func anObserverGetsItsCartsStateThenEachChangeOfThem(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         try await store.addItem(cartID: "alice", sku: "apple", quantity: 1, unitPriceCents: 50)
         try await store.addItem(cartID: "bob", sku: "pear", quantity: 1, unitPriceCents: 80)
         let alice = CartRecorder()
@@ -117,6 +118,7 @@ struct CartObserverTests {
     @Test(arguments: Engine.available)
     func aReleasedObserverDropsOutAndARemovedOneHearsNothingMore(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         var released: CartRecorder? = CartRecorder()
         weak let weakReleased = released
         let removed = CartRecorder()

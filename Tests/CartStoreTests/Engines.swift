@@ -1,3 +1,4 @@
+import CartStorePostgres
 import FanoutTestSupport
 import Foundation
 import Testing
@@ -22,14 +23,15 @@ enum Engine: String, CaseIterable, Sendable, CustomTestStringConvertible {
 
     var testDescription: String { rawValue }
 
-    /// A new, empty store.
+    /// A new, empty store. Its test closes it (`defer`): a PostgreSQL store's pool and follower
+    /// run until then, and a full run opens dozens.
     func makeStore() async throws -> CartStore {
         switch self {
         case .sqlite:
             return try CartStore.inMemory()
         case .postgresql:
             let database = try await SharedPostgres.shared.newDatabase()
-            return try await CartStore.open(postgresURL: database)
+            return try await PostgresCartStore.running(url: database)
         }
     }
 }

@@ -30,6 +30,7 @@ struct EventLogTests {
     @Test(arguments: Engine.available)
     func seqsAreGapFreeAndFoldingTheLogReproducesTheTables(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         try await Self.churn(store, steps: 600)
         let log = try await wholeLog(store)
         #expect(!log.isEmpty)
@@ -45,6 +46,7 @@ struct EventLogTests {
     @Test(arguments: Engine.available)
     func eventsAfterASeqWithLimitAndCartFilter(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         for index in 1...10 {
             try await store.addItem(cartID: index.isMultiple(of: 2) ? "even" : "odd", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
         }
@@ -69,6 +71,7 @@ struct EventLogTests {
     @Test(arguments: Engine.available)
     func badQueriesAreTypedErrors(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
         await #expect { try await store.events(after: -1) } throws: { CartStoreError.code($0) == .invalidSince }
         await #expect { try await store.events(after: 2) } throws: { CartStoreError.code($0) == .sinceAhead }
@@ -79,6 +82,7 @@ struct EventLogTests {
     @Test(arguments: Engine.available)
     func pruningByCountAnswersTooOldInsteadOfAGap(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         for index in 1...10 {
             try await store.addItem(cartID: "c", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
         }
@@ -95,6 +99,7 @@ struct EventLogTests {
     @Test(arguments: Engine.available)
     func pruningEverythingKeepsCountingAndNeverReusesSeqs(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         for index in 1...3 {
             try await store.addItem(cartID: "c", sku: "s\(index)", quantity: 1, unitPriceCents: 1)
         }
@@ -110,6 +115,7 @@ struct EventLogTests {
     @Test(arguments: Engine.available)
     func pruningByAge(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
         #expect(try await store.pruneEvents(committedBefore: Date().addingTimeInterval(-3600)) == 0)
         #expect(try await store.pruneEvents(committedBefore: Date().addingTimeInterval(60)) == 1)
@@ -119,6 +125,7 @@ struct EventLogTests {
     @Test(arguments: Engine.available)
     func eventsReadBackEqualTheEventsReturnedAndDelivered(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         let observer = RecordingObserver()
         store.observers.add(observer)
         var returned: [CartEvent] = []

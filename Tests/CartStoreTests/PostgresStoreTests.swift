@@ -1,8 +1,10 @@
 import FanoutTestSupport
 import Foundation
+import NIOConcurrencyHelpers
 import Testing
 
 @testable import CartStore
+@testable import CartStorePostgres
 
 /// What only the PostgreSQL engine does: several stores on one database, and delivery that
 /// does not depend on notifications arriving.
@@ -10,10 +12,15 @@ import Testing
     "PostgreSQL store", .timeLimit(.minutes(2)),
     .needsPostgreSQL)
 struct PostgresStoreTests {
+    /// On a loaded machine (a full run on two cores) a change may wait out its deadline behind
+    /// the other store's batches and be refused (`storeUnavailable`, "nothing was written", or
+    /// after its COMMIT went out, "may or may not"): that is the store keeping its promise to
+    /// answer within 5 s, not what this test is about. What it asserts holds for whatever was
+    /// committed: both stores deliver the one gap-free log, in the same order.
     @Test func twoStoresOnOneDatabaseSeeEachOthersCommitsInOneOrder() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let first = try await CartStore.open(postgresURL: url)
-        let second = try await CartStore.open(postgresURL: url)
+        let first = try await PostgresCartStore.running(url: url)
+        let second = try await PostgresCartStore.running(url: url)
         defer {
             try? first.close()
             try? second.close()
@@ -22,37 +29,80 @@ struct PostgresStoreTests {
         let seenBySecond = RecordingObserver()
         first.observers.add(seenByFirst)
         second.observers.add(seenBySecond)
-        try await withThrowingTaskGroup(of: Void.self) { group in
+        let refused = try await withThrowingTaskGroup(of: Int.self) { group in
             for writer in 0..<4 {
                 let store = writer % 2 == 0 ? first : second
                 group.addTask {
+                    var refused = 0
                     for index in 0..<25 {
-                        try await store.addItem(cartID: "c\(index % 5)", sku: "s\(writer)", quantity: 1, unitPriceCents: 10)
+                        do {
+                            try await store.addItem(cartID: "c\(index % 5)", sku: "s\(writer)", quantity: 1, unitPriceCents: 10)
+                        } catch  where CartStoreError.code(error) == .storeUnavailable {
+                            refused += 1
+                        }
                     }
+                    return refused
                 }
             }
-            try await group.waitForAll()
+            return try await group.reduce(0, +)
         }
-        let expected = Array(Int64(1)...100)
-        await eventually("both stores delivered all 100 commits") {
-            seenByFirst.seqs.count >= 100 && seenBySecond.seqs.count >= 100
+        let log = try await wholeLog(second)
+        #expect(log.count >= 50, "most of the 100 changes made (\(refused) refused as unavailable)")
+        let expected = Array(Int64(1)...Int64(log.count))
+        #expect(log.map(\.seq) == expected, "one gap-free log")
+        await eventually("both stores delivered every commit") {
+            seenByFirst.seqs.count >= log.count && seenBySecond.seqs.count >= log.count
         }
         #expect(firstDifference(seenByFirst.seqs, expected) == nil, "the first store's deliveries")
         #expect(firstDifference(seenBySecond.seqs, expected) == nil, "the second store's deliveries")
         #expect(seenByFirst.received == seenBySecond.received, "the same events, the same order")
+        #expect(seenByFirst.received == log, "the log's events")
         // Both wrote to the same carts: each cart's versions follow one another in the log.
-        let log = try await wholeLog(second)
         for cart in try await second.carts() {
             #expect(log.filter { $0.cartID == cart.id }.map(\.version) == Array(1...cart.version))
         }
         #expect(fold(log) == (try await first.carts()))
     }
 
+    /// The scoped helper: the store works inside `body`, and is closed when it returns — its
+    /// observers hear of the commit made inside, and the store says `closed` after.
+    @Test func withPostgresRunsTheStoreForItsBodyAndClosesItAfter() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let observer = RecordingObserver()
+        let store = try await CartStore.withPostgres(url: url) { store in
+            store.observers.add(observer)
+            try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
+            #expect(store.connectionState == .live)
+            return store
+        }
+        #expect(observer.seqs == [1])
+        #expect(store.connectionState == .closed)
+    }
+
+    /// A `PostgresCartStore` is a service: a change made before it runs waits for it, and
+    /// `run()` returns once the store is closed (a service group's task would otherwise never
+    /// end).
+    @Test func theServiceRunsUntilItsStoreIsClosed() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let postgres = try await PostgresCartStore(url: url)
+        let early = Task { try await postgres.store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1) }
+        let ended = NIOLockedValueBox(false)
+        let running = Task {
+            try await postgres.run()
+            ended.withLockedValue { $0 = true }
+        }
+        #expect(try await early.value.event.seq == 1)
+        #expect(!ended.withLockedValue { $0 })
+        try postgres.store.close()
+        #expect(await eventually("run() to return") { ended.withLockedValue { $0 } })
+        running.cancel()
+    }
+
     /// A commit that notifies nobody (written straight into the tables, as a server that died
     /// between its COMMIT and the notification would leave it) still reaches observers.
     @Test func aCommitWhoseNotificationNeverCameIsDeliveredByThePoll() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await CartStore.open(postgresURL: url)
+        let store = try await PostgresCartStore.running(url: url)
         defer { try? store.close() }
         let observer = RecordingObserver()
         store.observers.add(observer)
@@ -75,8 +125,8 @@ struct PostgresStoreTests {
     /// committed meanwhile arrives, in order, once.
     @Test func aKilledListenConnectionLosesNothing() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let writer = try await CartStore.open(postgresURL: url)
-        let reader = try await CartStore.open(postgresURL: url)
+        let writer = try await PostgresCartStore.running(url: url)
+        let reader = try await PostgresCartStore.running(url: url)
         defer {
             try? writer.close()
             try? reader.close()
@@ -105,7 +155,7 @@ extension PostgresStoreTests {
     @Test func storesOpenedAtOnceOnANewDatabaseMigrateItOnce() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
         let stores = try await withThrowingTaskGroup(of: CartStore.self) { group in
-            for _ in 0..<4 { group.addTask { try await CartStore.open(postgresURL: url) } }
+            for _ in 0..<4 { group.addTask { try await PostgresCartStore.running(url: url) } }
             return try await group.reduce(into: []) { $0.append($1) }
         }
         defer { for store in stores { try? store.close() } }
@@ -123,7 +173,7 @@ extension PostgresStoreTests {
         let url = try await SharedPostgres.shared.newDatabase()
         let server = try await SharedPostgres.shared.server()
         _ = try await server.psql("CREATE TABLE invoices (id integer)", on: url)
-        await #expect { try await CartStore.open(postgresURL: url) } throws: { CartStoreError.code($0) == .notAFanoutDatabase }
+        await #expect { try await PostgresCartStore.running(url: url) } throws: { CartStoreError.code($0) == .notAFanoutDatabase }
         #expect(try await server.psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", on: url) == "1\n", "nothing added")
     }
 }
@@ -135,7 +185,7 @@ extension PostgresStoreTests {
     /// and writes go through once the row is free.
     @Test func aWriterBehindAStuckCommitIsRefusedNotHung() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await CartStore.open(postgresURL: url)
+        let store = try await PostgresCartStore.running(url: url)
         defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
         let server = try await SharedPostgres.shared.server()
@@ -160,7 +210,7 @@ extension PostgresStoreTests {
     /// query on another pooled connection that needed no lock.
     @Test func theProbeSaysNoWhileChangesCannotBeWritten() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await CartStore.open(postgresURL: url)
+        let store = try await PostgresCartStore.running(url: url)
         defer { try? store.close() }
         try await store.checkWritable()
         let server = try await SharedPostgres.shared.server()
@@ -184,7 +234,7 @@ extension PostgresStoreTests {
         let postgres = try await PostgresServer.start()
         guard postgres.directory != nil else { return }  // FANOUT_POSTGRES_URL's server is not ours to stop
         let url = try await postgres.makeDatabase(named: "where_it_is")
-        let store = try await CartStore.open(postgresURL: url)
+        let store = try await PostgresCartStore.running(url: url)
         defer { try? store.close() }
         try await store.checkWritable()
         try await postgres.pause()
@@ -210,7 +260,7 @@ extension PostgresStoreTests {
     /// which it cannot know, but that the change may or may not have been made.
     @Test func aCommitCutOffMidwayIsReportedAsUncertain() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await CartStore.open(postgresURL: url)
+        let store = try await PostgresCartStore.running(url: url)
         defer { try? store.close() }
         let server = try await SharedPostgres.shared.server()
         // Work that runs at COMMIT: a deferred trigger that takes its time.
@@ -253,7 +303,7 @@ extension PostgresStoreTests {
     /// and changes go through again afterwards. What was acknowledged is in the log, once.
     @Test func sessionsKilledUnderWritersLeaveNoChangeUnanswered() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await CartStore.open(postgresURL: url)
+        let store = try await PostgresCartStore.running(url: url)
         defer { try? store.close() }
         let server = try await SharedPostgres.shared.server()
         let writers = TimedWriters(count: 2) { writer, index in

@@ -12,6 +12,7 @@ struct StoreObserverTests {
     @Test(arguments: Engine.available)
     func everyLiveObserverGetsEveryCommittedEventOnceInSeqOrder(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         let observers = (0..<3).map { _ in RecordingObserver() }
         for observer in observers { store.observers.add(observer) }
         try await EventLogTests.churn(store, steps: 200)
@@ -38,6 +39,7 @@ struct StoreObserverTests {
     @Test(arguments: Engine.available)
     func synchronousObserversHaveTheEventWhenTheMutationReturns(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         let observer = RecordingObserver()
         store.observers.add(observer)
         let commit = try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
@@ -79,6 +81,7 @@ struct StoreObserverTests {
     @Test(arguments: Engine.available)
     func aValidatorVetoRollsBackAndNoObserverSeesAnEvent(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         let validator = Validator()
         let bystander = RecordingObserver()
         store.observers.add(bystander)
@@ -105,6 +108,7 @@ struct StoreObserverTests {
     @Test(arguments: Engine.available)
     func anObserverReleasedByItsOwnerStopsReceiving(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         var observer: RecordingObserver? = RecordingObserver()
         weak let weakObserver = observer
         store.observers.add(observer!)
@@ -119,6 +123,7 @@ struct StoreObserverTests {
     @Test(arguments: Engine.available)
     func aQueuedObserverMayWriteToTheStoreInReaction(engine: Engine) async throws {
         let store = try await engine.makeStore()
+        defer { try? store.close() }
         final class Auditor: CartStoreObserver {
             func cartStore(_ store: CartStore, didCommit event: CartEvent) {
                 guard event.cartID == "c" else { return }

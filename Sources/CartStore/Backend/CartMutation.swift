@@ -3,22 +3,22 @@ import Foundation
 /// One change asked of the store, before any engine touches it: which cart, what it must be,
 /// and how to decide the change from the cart as stored. `plan` turns it into what to write;
 /// the engine only reads the cart and writes the plan, inside its transaction.
-struct CartMutation: Sendable {
-    let cartID: String
+package struct CartMutation: Sendable {
+    package let cartID: String
     /// The version the cart must be at (0: must not exist yet), or nil for any.
-    let expectedVersion: Int64?
+    package let expectedVersion: Int64?
     /// Refuse with `cartNotFound` when the cart was never changed.
-    let mustExist: Bool
-    let decide: @Sendable (Cart) throws -> CartChange
+    package let mustExist: Bool
+    package let decide: @Sendable (Cart) throws -> CartChange
     /// The store's validators: they see the change before anything is written, and a throw
     /// refuses it. The engine runs them inside its transaction through `plan`, never the store.
-    let validate: @Sendable (CartChangeProposal) throws -> Void
+    package let validate: @Sendable (CartChangeProposal) throws -> Void
 
     /// What the mutation writes, given the cart as stored (nil: none yet): the change, its JSON
     /// (the log row's and every message's), the event without its seq, and the cart after.
     /// Throws when refused (missing cart, version conflict, the decision's own refusal, or a
     /// validator's veto); then nothing may be written.
-    func plan(stored: Cart?, committedAt: Int64) throws -> MutationPlan {
+    package func plan(stored: Cart?, committedAt: Int64) throws -> MutationPlan {
         let before = stored ?? Cart(id: cartID)
         if mustExist && before.version == 0 {
             throw CartStoreError(.cartNotFound, "no cart \(cartID)")
@@ -42,14 +42,14 @@ struct CartMutation: Sendable {
 }
 
 /// What one mutation writes: the event (its seq is the engine's to assign), and the cart after.
-struct MutationPlan: Sendable {
-    let event: CartEvent
-    let encodedChange: String
-    let committedAt: Int64
-    let after: Cart
+package struct MutationPlan: Sendable {
+    package let event: CartEvent
+    package let encodedChange: String
+    package let committedAt: Int64
+    package let after: Cart
 
     /// The commit, once the engine has given the event its seq.
-    func committed(seq: Int64) -> CartCommit {
+    package func committed(seq: Int64) -> CartCommit {
         var event = self.event
         event.seq = seq
         return CartCommit(cart: after, event: event)

@@ -1,5 +1,4 @@
 import Foundation
-import ServiceLifecycle
 
 /// What a storage engine does for `CartStore`: keep the carts and the event log, and commit
 /// mutations with gap-free seqs. Everything else is the store's and the same for every engine:
@@ -10,12 +9,12 @@ import ServiceLifecycle
 /// in seq order, to the `EventSink` it was started with, before the mutation that committed it
 /// returns (a caller that gets its commit back knows its observers have heard of it). Input has
 /// been checked by the store (ids, limits, `since`, page sizes) before any of these is called.
-protocol CartStoreBackend: Sendable {
+package protocol CartStoreBackend: Sendable {
     /// Starts delivering committed events to `sink` (the store calls it once, when it opens).
     func start(delivering sink: EventSink)
 
-    /// What must run for the engine to work (a connection pool, a follower), in a service group.
-    var services: [any Service] { get }
+    /// Which engine it is, as `CartStore.engineName` says it: `sqlite` or `postgresql`.
+    var engineName: String { get }
 
     /// The newest seq delivered to the sink so far, or about to be (nothing committed before it
     /// will be delivered again).
@@ -54,19 +53,24 @@ public struct StoreProblem: Sendable, Hashable {
     public let message: String
     /// When, in milliseconds since 1970.
     public let at: Int64
+
+    package init(message: String, at: Int64) {
+        self.message = message
+        self.at = at
+    }
 }
 
 /// Where an engine delivers committed events: the store's observers, through a closure that
 /// holds the store weakly. All an engine may do with the store that opened it.
-struct EventSink: Sendable {
-    let deliver: @Sendable (CartEvent) -> Void
+package struct EventSink: Sendable {
+    package let deliver: @Sendable (CartEvent) -> Void
 }
 
 /// The checks of a read of the log, the same for every engine: a `since` beyond the newest seq
 /// is another log (`sinceAhead`), one before what is kept was pruned (`.tooOld`); nil when the
 /// events after `since` can be read.
 extension EventLogRead {
-    static func refusal(since seq: Int64, latest: Int64, oldestRetained: Int64) throws -> EventLogRead? {
+    package static func refusal(since seq: Int64, latest: Int64, oldestRetained: Int64) throws -> EventLogRead? {
         guard seq <= latest else {
             throw CartStoreError(.sinceAhead, "since \(seq) is ahead of the newest event \(latest): this log is not the one you followed")
         }

@@ -12,18 +12,23 @@ import Synchronization
 ///
 /// At most `limit` mutations wait; beyond that a caller gets `overloaded` at once instead of
 /// queueing without bound.
-final class GroupCommit<Work: Sendable>: Sendable {
-    struct Mutation: Sendable {
+package final class GroupCommit<Work: Sendable>: Sendable {
+    package struct Mutation: Sendable {
         /// What runs inside the batch's transaction: checks, validates and writes one change.
-        let work: Work
-        let caller: CheckedContinuation<CartCommit, any Error>
+        package let work: Work
+        package let caller: CheckedContinuation<CartCommit, any Error>
         /// When it was queued: an engine that bounds a caller's wait counts from here.
-        let queuedAt = ContinuousClock.now
+        package let queuedAt = ContinuousClock.now
+
+        package init(work: Work, caller: CheckedContinuation<CartCommit, any Error>) {
+            self.work = work
+            self.caller = caller
+        }
     }
 
     /// The most mutations one transaction carries.
-    static var maxBatch: Int { 64 }
-    let limit: Int
+    package static var maxBatch: Int { 64 }
+    package let limit: Int
     private struct Queue {
         var waiting: [Mutation] = []
         var draining = false
@@ -32,14 +37,14 @@ final class GroupCommit<Work: Sendable>: Sendable {
     }
     private let queue = NIOLockedValueBox(Queue())
     /// Transactions committed or attempted so far.
-    let transactions = Atomic<Int>(0)
+    package let transactions = Atomic<Int>(0)
 
-    init(limit: Int = 4_096) {
+    package init(limit: Int = 4_096) {
         self.limit = limit
     }
 
     /// Queues a mutation. Returns true when the caller must start a drain (none is running).
-    func enqueue(_ mutation: Mutation) throws -> Bool {
+    package func enqueue(_ mutation: Mutation) throws -> Bool {
         try queue.withLockedValue { queue in
             guard queue.waiting.count < limit else {
                 throw CartStoreError(.overloaded, "\(limit) changes are already waiting to be written; retry shortly")
@@ -53,15 +58,15 @@ final class GroupCommit<Work: Sendable>: Sendable {
     /// How long the batch being written has been under way; nil when the writer is idle. A
     /// batch takes milliseconds: one that has taken seconds is a writer stuck on its database,
     /// and every change queued behind it waits too (`CartStore.checkWritable`).
-    var batchUnderWayFor: Duration? {
+    package var batchUnderWayFor: Duration? {
         queue.withLockedValue { queue in queue.batchTakenAt.map { $0.duration(to: .now) } }
     }
 
     /// Mutations queued and not yet taken into a batch.
-    var waiting: Int { queue.withLockedValue { $0.waiting.count } }
+    package var waiting: Int { queue.withLockedValue { $0.waiting.count } }
 
     /// The next batch; nil (and the drain ends) when nothing waits.
-    func nextBatch() -> [Mutation]? {
+    package func nextBatch() -> [Mutation]? {
         queue.withLockedValue { queue in
             guard !queue.waiting.isEmpty else {
                 queue.draining = false

@@ -2,7 +2,7 @@ import Foundation
 
 extension CartEvent {
     /// An event as a log row stores it, in any engine: the change as its JSON.
-    static func stored(seq: Int64, cartID: String, change: String, version: Int64, committedAt: Int64) throws -> CartEvent {
+    package static func stored(seq: Int64, cartID: String, change: String, version: Int64, committedAt: Int64) throws -> CartEvent {
         CartEvent(
             seq: seq,
             cartID: cartID,

@@ -1,7 +1,6 @@
 import Foundation
 import GRDB
 import NIOConcurrencyHelpers
-import ServiceLifecycle
 import Synchronization
 
 /// The SQLite engine (GRDB over the system libsqlite3): one file in WAL mode, one writer
@@ -144,8 +143,7 @@ final class SQLiteBackend: CartStoreBackend {
 
     var waitingChanges: Int { commits.waiting }
 
-    /// None: the writer is GRDB's, and delivery is its.
-    var services: [any Service] { [] }
+    var engineName: String { "sqlite" }
 
     var batchUnderWayFor: Duration? { commits.batchUnderWayFor }
 

@@ -2,9 +2,14 @@ import Foundation
 import GRDB
 
 /// One numbered SQL file of `migrations/`, compiled into the binary by the EmbedMigrations plugin.
-struct EmbeddedMigration: Sendable {
-    let name: String
-    let sql: String
+package struct EmbeddedMigration: Sendable {
+    package let name: String
+    package let sql: String
+
+    package init(name: String, sql: String) {
+        self.name = name
+        self.sql = sql
+    }
 }
 
 /// The database schema: the embedded migrations, applied in order, each once.

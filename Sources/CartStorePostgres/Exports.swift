@@ -1,0 +1,2 @@
+// A PostgreSQL store is a `CartStore`: its users get the store's API with this module.
+@_exported import CartStore

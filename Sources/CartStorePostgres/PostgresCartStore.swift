@@ -1,0 +1,59 @@
+import CartStore
+import ServiceLifecycle
+
+/// A `CartStore` in a PostgreSQL database, and what keeps it working (its connection pool and
+/// its follower, which delivers every commit made there, by any server, to `store`'s observers)
+/// as one `Service` that its opener runs — in a service group, as `fanout-server` does, or in a
+/// task — as a `PostgresClient` is run. Tools and tests that want a store for a while use
+/// `CartStore.withPostgres(url:_:)`, which runs it for them.
+///
+/// Nothing reaches the database, and nothing is delivered, until `run()` runs: a change made
+/// before waits for it (at most its deadline, 4 s, then `storeUnavailable`). `run()` returns
+/// when its task is cancelled, when the service group shuts down, or when `store` is closed.
+/// Several stores (several servers) may share one database.
+public final class PostgresCartStore: Service, Sendable {
+    /// The store: changes, reads and observers, as on SQLite.
+    public let store: CartStore
+    private let backend: PostgresBackend
+
+    /// Connects to the database at `url` (`postgres://user[:password]@host[:port]/database`),
+    /// migrates it, and reads where its log stands, on a connection of its own.
+    ///
+    /// - Throws: `CartStoreError`: `storeUnavailable` when the database cannot be reached or
+    ///   written, `notAFanoutDatabase` for a database with another program's tables,
+    ///   `schemaTooNew` for one migrated by a newer version.
+    public init(url: String) async throws {
+        backend = try await PostgresBackend.open(url: url)
+        store = CartStore(backend: backend)
+    }
+
+    /// Runs the connection pool and the follower until the task is cancelled, the service
+    /// group shuts down, or `store` is closed.
+    public func run() async throws {
+        await backend.run()
+    }
+}
+
+extension CartStore {
+    /// Opens the store in the PostgreSQL database at `url`, runs it while `body` uses it, and
+    /// closes it when `body` returns or throws (observers are told `closed`).
+    ///
+    /// - Throws: what `PostgresCartStore.init(url:)` throws, or what `body` throws.
+    public static func withPostgres<Result: Sendable>(
+        url: String, _ body: (CartStore) async throws -> Result
+    ) async throws -> Result {
+        let postgres = try await PostgresCartStore(url: url)
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await postgres.run() }
+            let result: Swift.Result<Result, any Error>
+            do {
+                result = .success(try await body(postgres.store))
+            } catch {
+                result = .failure(error)
+            }
+            try? postgres.store.close()
+            try? await group.waitForAll()
+            return try result.get()
+        }
+    }
+}
