@@ -81,7 +81,6 @@ extension PostgresBackend {
         _ mutations: [CartMutation],
         until deadline: ContinuousClock.Instant, committing: NIOLockedValueBox<Bool>
     ) async throws -> [Result<CartCommit, any Error>] {
-        commits.transactions.add(1, ordering: .relaxed)
         let logger = self.logger
         return try await connections.withConnection(until: deadline) { connection in
             try await connection.withTransaction(logger: logger) { connection in

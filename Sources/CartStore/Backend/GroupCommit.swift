@@ -1,5 +1,4 @@
 import NIOConcurrencyHelpers
-import Synchronization
 
 /// Mutations waiting for the engine's writer, committed a batch per transaction.
 ///
@@ -36,8 +35,6 @@ package final class GroupCommit<Work: Sendable>: Sendable {
         var batchTakenAt: ContinuousClock.Instant?
     }
     private let queue = NIOLockedValueBox(Queue())
-    /// Transactions committed or attempted so far.
-    package let transactions = Atomic<Int>(0)
 
     package init(limit: Int = 4_096) {
         self.limit = limit

@@ -12,7 +12,6 @@ extension GroupCommit where Work == SQLiteWork {
     func commit(
         _ bodies: [@Sendable (Database) throws -> CartCommit], _ db: Database, willCommit: () -> Void = {}
     ) throws -> [Result<CartCommit, any Error>] {
-        transactions.add(1, ordering: .relaxed)
         var outcomes: [Result<CartCommit, any Error>] = []
         outcomes.reserveCapacity(bodies.count)
         try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
