@@ -1,4 +1,3 @@
-import DequeModule
 import NIOConcurrencyHelpers
 
 /// The newest committed events of a SQLite store, kept by its writer, so that a page of the
@@ -23,17 +22,16 @@ import NIOConcurrencyHelpers
 /// callers are answered.
 final class RecentEvents: Sendable {
     /// At most this many events are kept (about 300 bytes each).
-    let capacity: Int
+    var capacity: Int { state.withLockedValue { $0.run.capacity } }
     private struct State {
-        var events: Deque<CartEvent>
+        var run: SeqRun<CartEvent>
         /// Between `willCommit()` and `didCommit(_:)` / `commitFailed()`.
         var committing = false
     }
     private let state: NIOLockedValueBox<State>
 
     init(capacity: Int = 1_024) {
-        self.capacity = max(1, capacity)
-        state = NIOLockedValueBox(State(events: Deque(minimumCapacity: min(self.capacity, 1_024))))
+        state = NIOLockedValueBox(State(run: SeqRun(capacity: capacity)))
     }
 
     /// The writer is about to commit a batch: answer nothing until it says how that went.
@@ -42,15 +40,11 @@ final class RecentEvents: Sendable {
     }
 
     /// The batch committed these events, in seq order: append them (forgetting the oldest when
-    /// full), and answer again. An event that does not follow the newest held starts the run
-    /// again at it, so that no page skips a seq.
+    /// full; an event that does not follow the newest held starts the run again at it, so that
+    /// no page skips a seq), and answer again.
     func didCommit(_ committed: [CartEvent]) {
         state.withLockedValue { state in
-            for event in committed {
-                if let newest = state.events.last, newest.seq + 1 != event.seq { state.events.removeAll(keepingCapacity: true) }
-                if state.events.count == capacity { state.events.removeFirst() }
-                state.events.append(event)
-            }
+            for event in committed { state.run.append(event) }
             state.committing = false
         }
     }
@@ -62,13 +56,13 @@ final class RecentEvents: Sendable {
 
     /// Forgets every event: the log changed other than by a commit (a prune), or is closed.
     func forgetAll() {
-        state.withLockedValue { $0.events.removeAll(keepingCapacity: true) }
+        state.withLockedValue { $0.run.removeAll() }
     }
 
     /// The newest seq committed, when any was committed since the file was opened or pruned
     /// and no commit is in flight.
     var newestSeq: Int64? {
-        state.withLockedValue { $0.committing ? nil : $0.events.last?.seq }
+        state.withLockedValue { $0.committing ? nil : $0.run.newestSeq }
     }
 
     /// The events after `seq` (of `carts` only, when given), at most `limit`, as the log would
@@ -78,15 +72,9 @@ final class RecentEvents: Sendable {
     /// at, microseconds.
     func page(after seq: Int64, limit: Int, carts: Set<String>?) -> EventLogRead? {
         state.withLockedValue { state in
-            // `oldest - 1`, not `seq + 1`: `seq` is the caller's number, and may be Int64.max.
-            guard !state.committing, let oldest = state.events.first?.seq, let newest = state.events.last?.seq,
-                seq >= oldest - 1, seq <= newest
-            else {
-                return nil
-            }
+            guard !state.committing, state.run.holdsEverything(after: seq), let newest = state.run.newestSeq else { return nil }
             var page: [CartEvent] = []
-            // The run has no gap: the event after `seq` is at its distance from the oldest.
-            for event in state.events[Int(seq - oldest + 1)...] {
+            for event in state.run.elements(after: seq) {
                 guard page.count < limit else { break }
                 if carts?.contains(event.cartID) ?? true { page.append(event) }
             }

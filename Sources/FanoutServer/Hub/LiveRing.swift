@@ -1,4 +1,4 @@
-import DequeModule
+import CartStore
 import NIOConcurrencyHelpers
 
 /// The most recent events, as shared bytes: the one buffer between the store and the live
@@ -14,7 +14,7 @@ import NIOConcurrencyHelpers
 final class LiveRing: Sendable {
     let capacity: Int
     private struct State {
-        var items: Deque<EventBytes>
+        var run: SeqRun<EventBytes>
         /// The seq the next append will carry: everything before it was committed.
         var nextSeq: Int64
     }
@@ -23,7 +23,7 @@ final class LiveRing: Sendable {
     /// - Parameter latestSeq: the newest seq committed before the ring starts.
     init(capacity: Int, latestSeq: Int64) {
         self.capacity = max(1, capacity)
-        state = NIOLockedValueBox(State(items: Deque(minimumCapacity: min(self.capacity, 4_096)), nextSeq: latestSeq + 1))
+        state = NIOLockedValueBox(State(run: SeqRun(capacity: capacity), nextSeq: latestSeq + 1))
     }
 
     /// Appends the next event (the store delivers them in seq order); forgets the oldest when full.
@@ -37,9 +37,7 @@ final class LiveRing: Sendable {
     func append(_ item: EventBytes) -> Bool {
         state.withLockedValue { state in
             guard item.seq >= state.nextSeq else { return false }
-            if item.seq > state.nextSeq { state.items.removeAll() }
-            if state.items.count == capacity { state.items.removeFirst() }
-            state.items.append(item)
+            state.run.append(item)
             state.nextSeq = item.seq + 1
             return true
         }
@@ -52,7 +50,7 @@ final class LiveRing: Sendable {
 
     /// The oldest seq the ring can still give: a cursor before `oldestSeq - 1` has fallen out.
     var oldestSeq: Int64 {
-        state.withLockedValue { $0.items.first?.seq ?? $0.nextSeq }
+        state.withLockedValue { $0.run.oldestSeq ?? $0.nextSeq }
     }
 
     /// Whether the ring alone can serve a reader at `cursor`: it holds every event after it
@@ -60,25 +58,14 @@ final class LiveRing: Sendable {
     /// it is ahead of the log, or of the ring for an instant: only the log can tell).
     func covers(_ cursor: Int64) -> Bool {
         state.withLockedValue { state in
-            // `oldest - 1`, not `cursor + 1`: the cursor is the client's number (a `since` of
-            // Int64.max must not trap), `oldest` is at least 1.
-            let oldest = state.items.first?.seq ?? state.nextSeq
-            return cursor >= oldest - 1 && cursor < state.nextSeq
+            state.run.count == 0 ? cursor == state.nextSeq - 1 : state.run.holdsEverything(after: cursor)
         }
     }
 
     /// The events after `seq` that the ring holds, oldest first: a copy of the references only.
     func items(after seq: Int64) -> [EventBytes] {
-        state.withLockedValue { state in
-            // Seqs ascend: the first one after `seq` by bisection, so a reader far behind costs
-            // a reader that keeps up nothing.
-            var start = 0
-            var end = state.items.count
-            while start < end {
-                let middle = (start + end) / 2
-                if state.items[middle].seq <= seq { start = middle + 1 } else { end = middle }
-            }
-            return Array(state.items[start...])
-        }
+        state.withLockedValue { Array($0.run.elements(after: seq)) }
     }
 }
+
+extension EventBytes: Sequenced {}
