@@ -64,8 +64,8 @@ extension PostgresBackend {
             // away just now or does not answer by the deadline (then the follower delivers it
             // once it is back; the commit stands).
             let follower = self.follower
-            _ = try? await PostgresConnections.answer(
-                by: deadline, expired: { PostgresTimeout(leased: true, after: PostgresConnections.timeout) }
+            _ = try? await Deadline.race(
+                until: deadline, expired: { PostgresTimeout(leased: true, after: PostgresConnections.timeout) }
             ) {
                 await follower.catchUpQuietly()
             }

@@ -31,8 +31,8 @@ struct PostgresConnections: Sendable {
     ) async throws -> T {
         let lease = NIOLockedValueBox(Lease())
         let client = self.client
-        return try await Self.answer(
-            by: deadline,
+        return try await Deadline.race(
+            until: deadline,
             expired: {
                 let (connection, leased) = lease.withLockedValue { lease in
                     lease.expired = true
@@ -87,47 +87,6 @@ struct PostgresConnections: Sendable {
     /// One query, its rows collected, by `deadline`.
     func query(_ query: PostgresQuery, until deadline: ContinuousClock.Instant, logger: Logger) async throws -> [PostgresRow] {
         try await withConnection(until: deadline) { try await $0.query(query, logger: logger).collect() }
-    }
-
-    /// Runs `work` in a task of its own and returns what it returns, unless `deadline` comes
-    /// first: then throws what `expired` returns (it may close what the work waits on), and the
-    /// work, cancelled, is left to end on its own.
-    static func answer<T: Sendable>(
-        by deadline: ContinuousClock.Instant,
-        expired: @escaping @Sendable () -> any Error,
-        _ work: @escaping @Sendable () async throws -> T
-    ) async throws -> T {
-        let caller = NIOLockedValueBox<CheckedContinuation<T, any Error>?>(nil)
-        let worker = NIOLockedValueBox<Task<Void, Never>?>(nil)
-        /// The caller, once: whoever takes it answers.
-        @Sendable func take() -> CheckedContinuation<T, any Error>? {
-            caller.withLockedValue { caller in
-                defer { caller = nil }
-                return caller
-            }
-        }
-        return try await withCheckedThrowingContinuation { continuation in
-            caller.withLockedValue { $0 = continuation }
-            let timer = Task {
-                try? await Task.sleep(until: deadline)
-                guard let caller = take() else { return }
-                worker.withLockedValue { $0 }?.cancel()
-                caller.resume(throwing: expired())
-            }
-            worker.withLockedValue { worker in
-                worker = Task {
-                    let result: Result<T, any Error>
-                    do {
-                        result = .success(try await work())
-                    } catch {
-                        result = .failure(error)
-                    }
-                    guard let caller = take() else { return }
-                    timer.cancel()
-                    caller.resume(with: result)
-                }
-            }
-        }
     }
 }
 

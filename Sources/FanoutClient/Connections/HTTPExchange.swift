@@ -20,14 +20,11 @@ enum HTTPExchange {
     static func send(
         _ method: HTTPMethod, _ url: URL, headers extra: [(String, String)], body: [UInt8]?
     ) async throws -> (status: Int, body: [UInt8]) {
-        try await withThrowingTaskGroup(of: (status: Int, body: [UInt8]).self) { group in
-            group.addTask { try await exchange(method, url, headers: extra, body: body) }
-            group.addTask {
-                try await Task.sleep(for: timeout)
-                throw RemoteStoreError.unreachable("no answer from \(url.host ?? "the server") within \(timeout)")
-            }
-            defer { group.cancelAll() }
-            return try await group.next()!
+        try await Deadline.race(
+            until: .now + timeout,
+            expired: { RemoteStoreError.unreachable("no answer from \(url.host ?? "the server") within \(timeout)") }
+        ) {
+            try await exchange(method, url, headers: extra, body: body)
         }
     }
 

@@ -1,3 +1,4 @@
+import FanoutProtocol
 import NIOConcurrencyHelpers
 import ServiceLifecycle
 
@@ -62,16 +63,11 @@ final class CommitWaiters: Sendable {
             return state.nextID
         }
         guard let id else { return .committed }  // or shutting down: answer now, with what there is
-        return await withTaskGroup(of: Outcome.self) { group in
-            group.addTask { await self.wait(id: id, after: since) }
-            group.addTask {
-                try? await Task.sleep(until: deadline, clock: .continuous)
-                return .timedOut
-            }
-            let first = await group.next() ?? .timedOut
-            group.cancelAll()
-            return first
+        // At the deadline the wait is cancelled, which takes it off the list.
+        let outcome = try? await Deadline.race(until: deadline, expired: { CancellationError() }) {
+            await self.wait(id: id, after: since)
         }
+        return outcome ?? .timedOut
     }
 
     /// On each commit: wakes every request waiting for an event up to `seq`.

@@ -1,0 +1,78 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import FanoutProtocol
+
+/// The one bounded wait: what the server's long-polls, FanoutClient's requests and every use of
+/// a PostgreSQL connection rely on to answer by their deadline.
+@Suite("A wait bounded by a deadline")
+struct DeadlineTests {
+    struct Expired: Error {}
+    struct Failed: Error {}
+
+    @Test func workThatEndsFirstIsTheAnswer() async throws {
+        let answer = try await Deadline.race(until: .now + .seconds(30), expired: { Expired() }) { 42 }
+        #expect(answer == 42)
+        await #expect(throws: Failed.self) {
+            try await Deadline.race(until: .now + .seconds(30), expired: { Expired() }) { () async throws -> Int in throw Failed() }
+        }
+    }
+
+    @Test func atTheDeadlineTheCallerIsToldAndTheWorkCancelled() async throws {
+        let cancelled = Atomic(false)
+        let started = ContinuousClock.now
+        await #expect(throws: Expired.self) {
+            try await Deadline.race(until: .now + .milliseconds(200), expired: { Expired() }) {
+                do {
+                    try await Task.sleep(for: .seconds(60))
+                } catch {
+                    cancelled.store(true, ordering: .relaxed)
+                    throw error
+                }
+            }
+        }
+        #expect(started.duration(to: .now) < .seconds(30), "answered at the deadline, not when the work ends")
+        #expect(await eventually { cancelled.load(ordering: .relaxed) }, "the work is cancelled")
+    }
+
+    /// Work that does not heed cancellation (a query PostgresNIO waits on) does not hold the
+    /// caller past the deadline.
+    @Test func workThatIgnoresCancellationDoesNotHoldTheCaller() async throws {
+        let release = Atomic(false)
+        await #expect(throws: Expired.self) {
+            try await Deadline.race(until: .now + .milliseconds(100), expired: { Expired() }) {
+                while !release.load(ordering: .relaxed) { usleep(1_000) }
+            }
+        }
+        release.store(true, ordering: .relaxed)
+    }
+
+    @Test func aCancelledCallerCancelsTheWork() async throws {
+        let cancelled = Atomic(false)
+        let caller = Task {
+            try await Deadline.race(until: .now + .seconds(60), expired: { Expired() }) {
+                do {
+                    try await Task.sleep(for: .seconds(60))
+                } catch {
+                    cancelled.store(true, ordering: .relaxed)
+                    throw error
+                }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        caller.cancel()
+        await #expect(throws: CancellationError.self) { try await caller.value }
+        #expect(cancelled.load(ordering: .relaxed))
+    }
+
+    /// Polls `condition` for up to 10 s.
+    private func eventually(_ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return false
+    }
+}
