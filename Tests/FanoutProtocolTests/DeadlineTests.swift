@@ -24,12 +24,7 @@ struct DeadlineTests {
         let started = ContinuousClock.now
         await #expect(throws: Expired.self) {
             try await Deadline.race(until: .now + .milliseconds(200), expired: { Expired() }) {
-                do {
-                    try await Task.sleep(for: .seconds(60))
-                } catch {
-                    cancelled.store(true, ordering: .relaxed)
-                    throw error
-                }
+                try await Self.sleepTellingCancellation(to: cancelled)
             }
         }
         #expect(started.duration(to: .now) < .seconds(30), "answered at the deadline, not when the work ends")
@@ -52,18 +47,23 @@ struct DeadlineTests {
         let cancelled = Atomic(false)
         let caller = Task {
             try await Deadline.race(until: .now + .seconds(60), expired: { Expired() }) {
-                do {
-                    try await Task.sleep(for: .seconds(60))
-                } catch {
-                    cancelled.store(true, ordering: .relaxed)
-                    throw error
-                }
+                try await Self.sleepTellingCancellation(to: cancelled)
             }
         }
         try await Task.sleep(for: .milliseconds(50))
         caller.cancel()
         await #expect(throws: CancellationError.self) { try await caller.value }
         #expect(cancelled.load(ordering: .relaxed))
+    }
+
+    /// Work that waits a minute unless cancelled, and says when it was.
+    private static func sleepTellingCancellation(to cancelled: borrowing Atomic<Bool>) async throws {
+        do {
+            try await Task.sleep(for: .seconds(60))
+        } catch {
+            cancelled.store(true, ordering: .relaxed)
+            throw error
+        }
     }
 
     /// Polls `condition` for up to 10 s.
