@@ -59,7 +59,7 @@ func startServer() throws -> (ServerProcess, CartServerAPI, @Sendable () -> Void
     return (server, CartServerAPI(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!), cleanup)
 }
 
-@Suite("An app's first hour", .serialized, .timeLimit(.minutes(2)))
+@Suite("An app's first hour", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
 @MainActor
 struct MainActorObserverTests {
     @Test func aMainActorViewModelFollowsACartOnTheMainActor() async throws {

@@ -38,7 +38,7 @@ final class BasketModel: MainActorCartObserver {
     }
 }
 
-@Suite("One view model, either store", .serialized, .timeLimit(.minutes(2)))
+@Suite("One view model, either store", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
 @MainActor
 struct OneViewModelTests {
     @Test func theSameViewModelFollowsALocalStoreAndAServerAlike() async throws {

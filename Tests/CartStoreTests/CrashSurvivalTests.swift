@@ -4,7 +4,7 @@ import Testing
 
 @testable import CartStore
 
-@Suite("Crash survival")
+@Suite("Crash survival", .tags(.processes), .outsideTheFastSet)
 struct CrashSurvivalTests {
     /// The helper executable, built next to the test bundle.
     static var writerExecutable: URL {

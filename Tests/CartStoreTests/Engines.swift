@@ -13,6 +13,10 @@ enum Engine: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case postgresql
 
     static let available: [Engine] = {
+        if fastTestsOnly {
+            FileHandle.standardError.write(Data("note: FANOUT_FAST_TESTS is set: the store's tests run on SQLite only\n".utf8))
+            return [.sqlite]
+        }
         if PostgresServer.isAvailable || runningInCI { return allCases }
         FileHandle.standardError.write(
             Data(

@@ -7,7 +7,7 @@ import Testing
 ///
 /// Needs PostgreSQL (`apt-get install postgresql`; `.ci/run` installs it). Without it these
 /// tests are skipped, saying so, except in CI (`CI` set), where they fail.
-@Suite("PostgreSQL test server", .serialized, .timeLimit(.minutes(3)))
+@Suite("PostgreSQL test server", .tags(.postgres, .processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)))
 struct PostgresServerTests {
     /// What every PostgreSQL test does: a database of its own, written and read back by a client.
     @Test(.needsPostgreSQL)

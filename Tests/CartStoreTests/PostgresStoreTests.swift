@@ -9,7 +9,7 @@ import Testing
 /// What only the PostgreSQL engine does: several stores on one database, and delivery that
 /// does not depend on notifications arriving.
 @Suite(
-    "PostgreSQL store", .timeLimit(.minutes(2)),
+    "PostgreSQL store", .tags(.postgres), .outsideTheFastSet, .timeLimit(.minutes(2)),
     .needsPostgreSQL)
 struct PostgresStoreTests {
     /// On a loaded machine (a full run on two cores) a change may wait out its deadline behind

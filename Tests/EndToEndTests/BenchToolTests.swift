@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// `fanout-bench` (benchmarks/FanoutBench) against a real server: what compare.sh relies on.
-@Suite("Bench tool", .timeLimit(.minutes(2)))
+@Suite("Bench tool", .tags(.processes), .outsideTheFastSet, .timeLimit(.minutes(2)))
 struct BenchToolTests {
     @Test(arguments: ["websocket", "sse"])
     func benchCountsEveryDeliveryAgainstARealServer(transport: String) async throws {

@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// `fanout-client cart …` against the real server: what a user reads in the terminal.
-@Suite("Cart commands", .timeLimit(.minutes(2)))
+@Suite("Cart commands", .tags(.processes), .outsideTheFastSet, .timeLimit(.minutes(2)))
 struct CartCommandTests {
     /// Runs `fanout-client` to its end: exit status, stdout, stderr.
     static func client(_ arguments: [String]) async throws -> (status: Int32, output: String, error: String) {

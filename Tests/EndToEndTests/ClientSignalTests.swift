@@ -5,7 +5,7 @@ import Testing
 /// Ctrl-C and SIGTERM end a subscribed `fanout-client` with status 0. `./scripts/test-release` runs this
 /// against the release build too, where an optimised build once released the signal sources at
 /// once and left both signals ignored.
-@Suite("Client signals", .serialized, .timeLimit(.minutes(2)))
+@Suite("Client signals", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
 struct ClientSignalTests {
     @Test(arguments: [SIGINT, SIGTERM])
     func aSubscribedClientExitsZeroOnSignal(_ signal: Int32) async throws {

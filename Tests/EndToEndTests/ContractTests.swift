@@ -10,7 +10,7 @@ import Testing
 /// schemathesis is a Python tool (`pip install schemathesis`; `.ci/run` installs it). Without it
 /// these tests are skipped, saying so, except in CI (`CI` set), where they fail.
 @Suite(
-    "Contract (schemathesis)", .serialized, .timeLimit(.minutes(5)),
+    "Contract (schemathesis)", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(5)),
     .enabled(if: Schemathesis.executable != nil || Schemathesis.required, "pip install schemathesis enables the contract tests"))
 struct ContractTests {
     /// With `--token`, as the document describes the server: every operation but `/healthz` and

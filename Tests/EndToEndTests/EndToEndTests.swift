@@ -9,7 +9,7 @@ import Testing
 #endif
 
 /// The real `fanout-server` and `fanout-client` executables, as processes, on loopback.
-@Suite("End to end", .serialized, .timeLimit(.minutes(3)))
+@Suite("End to end", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)))
 struct EndToEndTests {
     static func temporaryDatabase() throws -> (path: String, cleanup: () -> Void) {
         let (path, cleanup) = try Mutations.temporaryDatabase()

@@ -10,7 +10,7 @@ import Testing
 
 /// Several real `fanout-server` processes on one PostgreSQL database, with real clients.
 @Suite(
-    "Many servers on PostgreSQL", .serialized, .timeLimit(.minutes(3)),
+    "Many servers on PostgreSQL", .tags(.processes, .postgres), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)),
     .needsPostgreSQL)
 struct ManyNodesTests {
     /// Three servers, two clients on each, six writers spread over all three: every client
@@ -85,7 +85,7 @@ struct ManyNodesTests {
 
 /// A server whose PostgreSQL goes away and comes back.
 @Suite(
-    "PostgreSQL going away", .serialized, .timeLimit(.minutes(3)),
+    "PostgreSQL going away", .tags(.processes, .postgres), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)),
     .needsPostgreSQLPrograms)
 struct PostgresOutageTests {
     /// While the database is down, changes are refused with 503 `store_unavailable` and
@@ -133,7 +133,7 @@ struct PostgresOutageTests {
 /// `store_unavailable`, within the README's bound (`TimedWriters.bound`, with room for a loaded
 /// machine), and the server writes again once the database is back.
 @Suite(
-    "PostgreSQL failing under writers", .serialized, .timeLimit(.minutes(4)),
+    "PostgreSQL failing under writers", .tags(.processes, .postgres), .outsideTheFastSet, .serialized, .timeLimit(.minutes(4)),
     .needsPostgreSQLPrograms)
 struct PostgresFailureTests {
     /// The server's sessions ended again and again while two writers write: by

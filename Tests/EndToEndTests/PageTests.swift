@@ -12,7 +12,7 @@ import Testing
 /// Needs Chromium (`apt-get install chromium`; `.ci/run` installs it). Without it these tests
 /// are skipped, saying so, except in CI (`CI` set), where they fail.
 @Suite(
-    "The page (headless Chromium)", .serialized, .timeLimit(.minutes(3)),
+    "The page (headless Chromium)", .tags(.processes, .browser), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)),
     .enabled(if: HeadlessChromium.executable != nil || runningInCI, "apt-get install chromium enables the page tests"))
 struct PageTests {
     typealias Line = SeenOnPage.Line

@@ -6,7 +6,7 @@ import Testing
 /// the connection; one removed in its callback gets nothing after; an ended `updates` loop lets
 /// go), checked by a probe process built like the executables: debug here, release in
 /// ./scripts/test-release, where the optimiser may end a life at its last use.
-@Suite("Remote store lifetimes", .timeLimit(.minutes(2)))
+@Suite("Remote store lifetimes", .tags(.processes), .outsideTheFastSet, .timeLimit(.minutes(2)))
 struct RemoteStoreLifetimeTests {
     @Test func releasedObserversDropOutAndCloseTheConnection() async throws {
         let (database, cleanup) = try Mutations.temporaryDatabase()

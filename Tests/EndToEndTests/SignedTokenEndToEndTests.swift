@@ -9,7 +9,7 @@ import Testing
 /// Signed tokens with the real executables: `fanout-server token` mints them, `fanout-client`
 /// sends one as its `--token`, and an expired one ends the client's subscription (the expiry
 /// timer, in the release build too: `scripts/test-release`).
-@Suite("Signed tokens end to end", .serialized, .timeLimit(.minutes(3)))
+@Suite("Signed tokens end to end", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)))
 struct SignedTokenEndToEndTests {
     static let secret = "an end-to-end secret of at least 32 bytes"
     static let operatorToken = "op3rator"

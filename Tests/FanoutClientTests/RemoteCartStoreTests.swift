@@ -8,7 +8,7 @@ import Testing
 
 /// `RemoteCartStore` against a real `fanout-server` process: the replica, the observers, and
 /// interest that follows them.
-@Suite("Remote cart store", .serialized, .timeLimit(.minutes(3)))
+@Suite("Remote cart store", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)))
 struct RemoteCartStoreTests {
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func anObserverGetsItsCartsThenEachOfTheirEventsOnceInOrder(transport: FanoutSubscription.Transport) async throws {

@@ -6,7 +6,7 @@ import Testing
 
 /// `RemoteCartStore` with signed tokens: a provider's fresh token carries the replica across
 /// each token's expiry, and a token's carts bound what it may observe.
-@Suite("Remote cart store with signed tokens", .serialized, .timeLimit(.minutes(2)))
+@Suite("Remote cart store with signed tokens", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
 struct RemoteStoreTokenTests {
     static let secret = "a client-test secret of at least 32 bytes"
 

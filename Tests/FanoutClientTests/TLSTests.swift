@@ -6,7 +6,7 @@ import Testing
 
 /// `https://` and `wss://` servers: the client speaks TLS and checks the certificate against the
 /// system's trust roots, so a self-signed one is refused (and retried), never trusted silently.
-@Suite("TLS", .timeLimit(.minutes(1)))
+@Suite("TLS", .tags(.processes), .outsideTheFastSet, .timeLimit(.minutes(1)))
 struct TLSTests {
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func aSelfSignedServerIsRefusedWithTheReason(transport: FanoutSubscription.Transport) async throws {

@@ -14,7 +14,7 @@ import Testing
     import Glibc
 #endif
 
-@Suite("fanout-server process", .timeLimit(.minutes(2)))
+@Suite("fanout-server process", .tags(.processes), .outsideTheFastSet, .timeLimit(.minutes(2)))
 struct ServerProcessTests {
     static func post(port: Int, cart: String, sku: String) async throws -> Int {
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/carts/\(cart)/items")!)
