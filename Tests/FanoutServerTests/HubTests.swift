@@ -111,6 +111,32 @@ struct HubTests {
             ])
     }
 
+    /// Large carts: parts end before `maxBytes` (unless one cart alone is larger), and their
+    /// carts, read back in order, are the snapshot's, with the seq and reason on every part.
+    @Test func snapshotPartsStayWithinTheirBytesAndReadBackAsTheSnapshot() throws {
+        let carts = (0..<20).map { index in
+            Cart(
+                id: "c\(index)", version: 1,
+                items: (0..<300).map { CartItem(sku: "s\($0)", quantity: 1, unitPriceCents: 1, name: String(repeating: "n", count: 60)) })
+        }
+        let parts = SnapshotParts.encode(CartSnapshot(carts: carts, seq: 7), reason: .sinceTooOld)
+        #expect(parts.count > 1)
+        var readBack: [Cart] = []
+        for (index, part) in parts.enumerated() {
+            let isLast = index == parts.count - 1
+            #expect(part.json.readableBytes <= SnapshotParts.maxBytes)
+            #expect(part.seq == (isLast ? 7 : nil), "only the last part is one to resume after")
+            let message = try FanoutJSON.decoder().decode(ServerMessage.self, from: Data(part.json.readableBytesView))
+            guard case .snapshot(let partCarts, let seq, let reason, let more) = message else {
+                Issue.record("not a snapshot: \(message)")
+                continue
+            }
+            #expect(seq == 7 && reason == .sinceTooOld && more == !isLast)
+            readBack += partCarts
+        }
+        #expect(readBack == carts)
+    }
+
     struct PartSummary: Equatable, Sendable {
         var carts: Int
         var seq: Int

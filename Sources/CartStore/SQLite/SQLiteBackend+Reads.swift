@@ -99,20 +99,8 @@ extension SQLiteBackend {
 
     /// A set of strings as one JSON array, the argument of `json_each`.
     static func jsonArray(_ strings: Set<String>) -> String {
-        var json = "["
-        for (index, string) in strings.enumerated() {
-            if index > 0 { json += "," }
-            json += "\""
-            for scalar in string.unicodeScalars {
-                switch scalar {
-                case "\"": json += "\\\""
-                case "\\": json += "\\\\"
-                case _ where scalar.value < 0x20: json += String(format: "\\u%04x", scalar.value)
-                default: json.unicodeScalars.append(scalar)
-                }
-            }
-            json += "\""
-        }
-        return json + "]"
+        var json = JSONBytes(capacity: 2 + strings.count * 16)
+        json.array(Array(strings)) { $0.string($1) }
+        return String(decoding: json.bytes, as: UTF8.self)
     }
 }

@@ -89,33 +89,36 @@ enum SnapshotParts {
     static let maxCarts = 500
     static let maxBytes = 256 * 1024
 
-    static func encode(_ snapshot: CartSnapshot, reason: SnapshotReason) throws -> [WireMessage] {
-        let encoder = FanoutJSON.encoder()
+    static func encode(_ snapshot: CartSnapshot, reason: SnapshotReason) -> [WireMessage] {
         var parts: [WireMessage] = []
-        var carts: [Data] = []
-        var size = 0
-        func finishPart(more: Bool) {
-            var part = ByteBuffer()
-            part.reserveCapacity(size + carts.count + 96)
-            part.writeString(#"{"carts":["#)
-            for (index, cart) in carts.enumerated() {
-                if index > 0 { part.writeString(",") }
-                part.writeBytes(cart)
-            }
-            part.writeString(#"],"#)
-            if more { part.writeString(#""more":true,"#) }
-            part.writeString(#""reason":"\#(reason.rawValue)","seq":\#(snapshot.seq),"type":"snapshot"}"#)
-            parts.append(WireMessage(type: .snapshot, json: part, seq: more ? nil : snapshot.seq))
-            carts.removeAll(keepingCapacity: true)
-            size = 0
+        var part = JSONBytes(capacity: 4_096)
+        var cartsInPart = 0
+        func startPart() {
+            part = JSONBytes(capacity: 4_096)
+            part.raw(#"{"carts":["#)
+            cartsInPart = 0
         }
+        func finishPart(more: Bool) {
+            part.raw(#"],"#)
+            if more { part.raw(#""more":true,"#) }
+            part.raw(#""reason":"#)
+            part.string(reason.rawValue)
+            part.raw(#","seq":"#)
+            part.int(snapshot.seq)
+            part.raw(#","type":"snapshot"}"#)
+            parts.append(WireMessage(type: .snapshot, json: ByteBuffer(bytes: part.bytes), seq: more ? nil : snapshot.seq))
+        }
+        startPart()
         for cart in snapshot.carts {
-            let json = try encoder.encode(cart)
-            if !carts.isEmpty, carts.count == maxCarts || size + json.count > maxBytes {
+            var json = JSONBytes(capacity: 96 + cart.items.count * 96)
+            json.cart(cart)
+            if cartsInPart > 0, cartsInPart == maxCarts || part.bytes.count + json.bytes.count > maxBytes {
                 finishPart(more: true)
+                startPart()
             }
-            carts.append(json)
-            size += json.count
+            if cartsInPart > 0 { part.raw(",") }
+            part.raw(json.bytes)
+            cartsInPart += 1
         }
         finishPart(more: false)
         return parts

@@ -99,7 +99,7 @@ extension Subscriber {
     /// Sends a snapshot of the subscribed carts in bounded parts; returns its seq.
     private func sendSnapshot(_ reason: SnapshotReason, _ plan: Plan) async throws -> Int64 {
         let snapshot = try await hub.store.snapshot(of: plan.carts)
-        for part in try SnapshotParts.encode(snapshot, reason: reason) {
+        for part in SnapshotParts.encode(snapshot, reason: reason) {
             try await send([plan.framing.frame(part)])
         }
         return snapshot.seq
