@@ -129,9 +129,12 @@ let package = Package(
                 serverOnly("Prometheus", "swift-prometheus"),
                 serverOnly("JWTKit", "jwt-kit"),
             ],
-            // The page's source, compiled in by EmbedServedFiles rather than copied as a resource.
-            exclude: ["Page/index.html", "Page/page.js"],
-            plugins: ["EmbedServedFiles"]
+            // What the server serves, compiled in (`PackageResources`): it serves them from any
+            // working directory with nothing installed beside it. `OpenAPI/openapi.json` is a
+            // link to docs/openapi.json, the one copy.
+            resources: [
+                .embedInCode("OpenAPI/openapi.json"), .embedInCode("Page/index.html"), .embedInCode("Page/page.js"),
+            ]
         ),
         .executableTarget(
             name: "fanout-client",
@@ -150,14 +153,6 @@ let package = Package(
             name: "EmbedMigrations",
             capability: .buildTool(),
             dependencies: ["embed-migrations"]
-        ),
-        // Build-time tool: carries docs/openapi.json (GET /openapi.json) and the live cart page
-        // (GET /) in fanout-server.
-        .executableTarget(name: "embed-file"),
-        .plugin(
-            name: "EmbedServedFiles",
-            capability: .buildTool(),
-            dependencies: ["embed-file"]
         ),
         // Test helper: a child process that writes until it is killed (crash-survival tests).
         .executableTarget(

@@ -2,15 +2,15 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 
-/// `GET /`: the live cart page, `Page/index.html` as it was when the binary was built (the
-/// `EmbedServedFiles` plugin carries it in, as it does the OpenAPI document).
+/// `GET /`: the live cart page, `Page/index.html` as it was when the binary was built (a
+/// resource embedded in code, as the OpenAPI document is).
 ///
 /// The page holds no data, so it needs no token: it reads the carts through `/subscribe` and
 /// changes them through the API, with the token given in its own URL (`/?token=T`).
 struct PageController: Sendable {
-    /// The page's bytes, and its script's, decoded once.
-    static let page = ByteBuffer(bytes: Data(base64Encoded: embeddedPage) ?? Data())
-    static let script = ByteBuffer(bytes: Data(base64Encoded: embeddedPageScript) ?? Data())
+    /// The page's bytes, and its script's.
+    static let page = ByteBuffer(bytes: PackageResources.index_html)
+    static let script = ByteBuffer(bytes: PackageResources.page_js)
     static let scriptPath = "/page.js"
 
     /// The page's script comes from this server alone (no inline script runs), its styles are
