@@ -35,7 +35,8 @@ final class PostgresBackend: CartStoreBackend {
     private init(location: PostgresLocation, client: PostgresClient, latestSeq: Int64, logger: Logger, commitLimit: Int) {
         self.location = location
         self.client = client
-        let connections = PostgresConnections(client: client)
+        let connections = PostgresConnections(
+            client: client, maximumConnections: location.clientConfiguration.options.maximumConnections)
         self.connections = connections
         self.logger = logger
         self.commits = GroupCommit(limit: commitLimit)
@@ -124,17 +125,14 @@ final class PostgresBackend: CartStoreBackend {
     /// on a pooled connection and with the lock's wait of a change (a session that holds the
     /// row makes this wait as writes do), on a primary that is not read-only.
     func checkWritable() async throws {
-        // Pooled connections the database ended while they were idle (a restart) are dropped
-        // as they are met: the probe asks on the next, at most once for each connection the
-        // pool may hold, and the first live one says what a change meets now.
-        let attempts = location.clientConfiguration.options.maximumConnections
+        let logger = self.logger
         let (inRecovery, readOnly) = try await run {
-            var attempt = 1
-            while true {
-                do {
-                    return try await takeTheSeqRow()
-                } catch  where Self.lostConnection(error) && attempt < attempts {
-                    attempt += 1
+            try await withConnection { connection in
+                try await connection.withTransaction(logger: logger) { connection in
+                    try await connection.query(
+                        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') FROM event_seq FOR UPDATE",
+                        logger: logger
+                    ).collect().first?.decode((Bool, String).self) ?? (true, "on")
                 }
             }
         }
@@ -142,30 +140,6 @@ final class PostgresBackend: CartStoreBackend {
             throw CartStoreError(
                 .storeUnavailable, "the database is read-only (a standby, or transaction_read_only); nothing can be written")
         }
-    }
-
-    /// The probe's transaction: the seq row taken, whether the database is a writable primary.
-    private func takeTheSeqRow() async throws -> (inRecovery: Bool, readOnly: String) {
-        let logger = self.logger
-        return try await withConnection { connection in
-            try await connection.withTransaction(logger: logger) { connection in
-                try await connection.query(
-                    "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') FROM event_seq FOR UPDATE",
-                    logger: logger
-                ).collect().first?.decode((Bool, String).self) ?? (true, "on")
-            }
-        }
-    }
-
-    /// Whether `error` is a connection the database ended or lost (a restart, a killed
-    /// session), not a refusal or a wait that ran out.
-    static func lostConnection(_ error: any Error) -> Bool {
-        if let transaction = error as? PostgresTransactionError {
-            return [transaction.beginError, transaction.closureError, transaction.commitError].contains { $0.map(lostConnection) ?? false }
-        }
-        guard let psql = error as? PSQLError else { return false }
-        if let state = psql.serverInfo?[.sqlState] { return state.hasPrefix("57P") || state.hasPrefix("08") }
-        return [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown].contains(psql.code)
     }
 
     var batchUnderWayFor: Duration? { commits.batchUnderWayFor }

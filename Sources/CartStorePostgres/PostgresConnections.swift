@@ -14,6 +14,8 @@ import PostgresNIO
 /// task that ran the work is left to end on its own.
 struct PostgresConnections: Sendable {
     let client: PostgresClient
+    /// The most connections the pool holds: the most dead sessions a use may pass over.
+    let maximumConnections: Int
 
     /// How long one use of the database may take, from asking for a connection to the last
     /// row. Far above a healthy server's time, even a loaded one's; low enough that a caller
@@ -24,13 +26,18 @@ struct PostgresConnections: Sendable {
     /// `PostgresTimeout` at `deadline` (then the connection, if one was lent, is closed).
     ///
     /// A session the database ended is closed before it goes back to the pool, as is one found
-    /// closed when lent: a statement sent on a closed connection may never be answered.
+    /// closed when lent: a statement sent on a closed connection may never be answered. Such a
+    /// session met before anything of `body` can have taken effect (found closed when lent, or
+    /// lost at its transaction's BEGIN) is passed over for another, as long as the pool may hold
+    /// another one and the deadline allows: after a restart every idle pooled session is dead,
+    /// and none of them should cost a caller a refusal.
     func withConnection<T: Sendable>(
         until deadline: ContinuousClock.Instant,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         let lease = NIOLockedValueBox(Lease())
         let client = self.client
+        let attempts = maximumConnections
         return try await Deadline.race(
             until: deadline,
             expired: {
@@ -44,26 +51,45 @@ struct PostgresConnections: Sendable {
                 return PostgresTimeout(leased: leased, after: Self.timeout)
             }
         ) {
-            try await client.withConnection { connection in
-                // Once the caller has been answered, nothing starts.
-                try lease.withLockedValue { lease in
-                    guard !lease.expired else { throw PostgresTimeout(leased: false, after: Self.timeout) }
-                    lease.connection = connection
-                    lease.leased = true
-                }
-                // Given back to the pool from here on: not ours to close at the deadline.
-                defer { lease.withLockedValue { $0.connection = nil } }
-                guard !connection.isClosed else {
-                    throw CartStoreError(.storeUnavailable, "the database had closed the connection lent; nothing was written")
-                }
+            var attempt = 1
+            while true {
                 do {
-                    return try await body(connection)
-                } catch {
-                    if Self.endsSession(error) { try? await connection.close() }
-                    throw error
+                    return try await client.withConnection { connection in
+                        // Once the caller has been answered, nothing starts.
+                        try lease.withLockedValue { lease in
+                            guard !lease.expired else { throw PostgresTimeout(leased: false, after: Self.timeout) }
+                            lease.connection = connection
+                            lease.leased = true
+                        }
+                        // Given back to the pool from here on: not ours to close at the deadline.
+                        defer { lease.withLockedValue { $0.connection = nil } }
+                        guard !connection.isClosed else { throw SessionEndedUnused() }
+                        do {
+                            return try await body(connection)
+                        } catch {
+                            if Self.endsSession(error) { try? await connection.close() }
+                            throw error
+                        }
+                    }
+                } catch  where attempt < attempts && Self.endedUnused(error) {
+                    attempt += 1
+                } catch is SessionEndedUnused {
+                    throw CartStoreError(.storeUnavailable, "the database had closed every connection lent; nothing was written")
                 }
             }
         }
+    }
+
+    /// The session lent was found closed before `body` ran.
+    private struct SessionEndedUnused: Error {}
+
+    /// Whether `error` is a session that ended before anything sent on it could take effect:
+    /// found closed when lent, or lost at BEGIN (a transaction that never began commits
+    /// nothing). Anything later may have done its work, and is the caller's to answer.
+    private static func endedUnused(_ error: any Error) -> Bool {
+        if error is SessionEndedUnused { return true }
+        guard let transaction = error as? PostgresTransactionError, let begin = transaction.beginError else { return false }
+        return endsSession(begin)
     }
 
     private struct Lease {
