@@ -12,32 +12,24 @@ struct PostgresLocation: Sendable, Equatable {
     var password: String?
     var database: String
 
-    /// Whether `string` names a PostgreSQL database rather than a file.
-    static func isPostgresURL(_ string: String) -> Bool {
-        CartStore.isPostgresURL(string)
-    }
-
     init(url string: String) throws {
-        guard Self.isPostgresURL(string), let url = URLComponents(string: string),
+        guard CartStore.isPostgresURL(string), let url = URLComponents(string: string),
             let host = url.host, !host.isEmpty
         else {
-            throw CartStoreError(.storeUnavailable, "not a PostgreSQL URL (postgres://user@host:port/database): \(Self.printable(string))")
+            throw CartStoreError(
+                .storeUnavailable, "not a PostgreSQL URL (postgres://user@host:port/database): \(CartStore.printableLocation(string))")
         }
         let database = url.path.hasPrefix("/") ? String(url.path.dropFirst()) : url.path
         guard !database.isEmpty, !database.contains("/") else {
             throw CartStoreError(
-                .storeUnavailable, "the PostgreSQL URL names no database (postgres://user@host:port/database): \(Self.printable(string))")
+                .storeUnavailable,
+                "the PostgreSQL URL names no database (postgres://user@host:port/database): \(CartStore.printableLocation(string))")
         }
         self.host = host
         port = url.port ?? 5432
         username = url.user.flatMap { $0.removingPercentEncoding } ?? "postgres"
         password = url.password.flatMap { $0.removingPercentEncoding }
         self.database = database.removingPercentEncoding ?? database
-    }
-
-    /// `location` as it may be printed or logged: a URL's password replaced by `***`.
-    static func printable(_ location: String) -> String {
-        CartStore.printableLocation(location)
     }
 
     var clientConfiguration: PostgresClient.Configuration {

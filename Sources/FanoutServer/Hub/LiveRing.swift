@@ -12,7 +12,6 @@ import NIOConcurrencyHelpers
 /// whose cursor is older than what the ring still holds has fallen out of it: it is ended as too
 /// slow, and resumes from the durable log with `since`.
 final class LiveRing: Sendable {
-    let capacity: Int
     private struct State {
         var run: SeqRun<EventBytes>
         /// The seq the next append will carry: everything before it was committed.
@@ -22,7 +21,6 @@ final class LiveRing: Sendable {
 
     /// - Parameter latestSeq: the newest seq committed before the ring starts.
     init(capacity: Int, latestSeq: Int64) {
-        self.capacity = max(1, capacity)
         state = NIOLockedValueBox(State(run: SeqRun(capacity: capacity), nextSeq: latestSeq + 1))
     }
 
