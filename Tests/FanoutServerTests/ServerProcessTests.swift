@@ -131,7 +131,10 @@ struct ServerProcessTests {
         ])
         let pid = server.process.processIdentifier
         let port = server.port
-        let client = try RawWebSocket(port: port, receiveBuffer: 2_048)
+        // The kernel's own receive buffer: one of 2 KiB, below loopback's segment sizes, on a
+        // client that sends and never reads stalled TCP itself (its segments pruned, both sides
+        // retransmitting into backoff) and the flood never reached the server.
+        let client = try RawWebSocket(port: port)
         let before = try await onThreadOfItsOwn { () throws -> Int in
             _ = try client.upgrade()
             return try Self.memory("VmRSS", of: pid)
