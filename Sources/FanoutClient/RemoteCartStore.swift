@@ -34,7 +34,7 @@ public final class RemoteCartStore: CartSource {
     /// cart's events) outlives the last observer that wanted it.
     public let releaseCheckInterval: Duration
 
-    let replica = Replica()
+    package let replica = Replica()
     private let subscription: FanoutSubscription
     private let reconsider: AsyncStream<Void>.Continuation
     private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
@@ -175,16 +175,4 @@ extension RemoteCartStore {
 /// Lets the replica hand observers the store without keeping it alive.
 struct WeakStore: Sendable {
     weak var store: RemoteCartStore?
-}
-
-extension RemoteCartStore {
-    /// Applies `snapshot`, then `events`, as if the server had sent them on a live connection,
-    /// and tells the observers: for `fanout-client-bench`, which times the replica's own work
-    /// per event and observer without a network in between. `package`: visible to this
-    /// package's benchmark, not to apps (it is no part of the library's API).
-    package func applyForBenchmark(snapshot: CartSnapshot, events: [CartEvent]) throws {
-        replica.lockedForBenchmark { $0.covered = .all }
-        try replica.take(.snapshot(snapshot, reason: .initial), observers: observers)
-        for event in events { try replica.take(.event(event, raw: ""), observers: observers) }
-    }
 }

@@ -9,7 +9,10 @@ import WeakObservers
 /// store, or add and remove observers) makes "apply a message, then notify" one step, and
 /// "add an observer, then tell it the state" another: an observer added at any moment gets the
 /// state, then exactly the later events.
-final class Replica: @unchecked Sendable {
+///
+/// `package`: `fanout-client-bench` drives a store's replica through the steps its subscription
+/// takes (`plan`, then `take` for each update), to time them without a network in between.
+package final class Replica: @unchecked Sendable {
     struct State {
         /// The carts held: every cart of `covered` that has events (and, for named carts, the
         /// others too, empty at version 0).
@@ -51,11 +54,6 @@ final class Replica: @unchecked Sendable {
 
     func read<T>(_ body: (State) -> T) -> T {
         lock.withLock { body(state) }
-    }
-
-    /// The state, for `RemoteCartStore.applyForBenchmark` only.
-    func lockedForBenchmark(_ body: (inout State) -> Void) {
-        lock.withLock { body(&state) }
     }
 
     /// Runs `body` under the lock: an observer being added. `body` returns whether the replica
@@ -108,7 +106,7 @@ final class Replica: @unchecked Sendable {
     /// are read over HTTP first (their state is then at or after the seq; replayed events at
     /// or below their version are skipped); a cart the server refuses is told to its observers
     /// and left out. Any other failure throws: the subscription reports it and asks again.
-    func plan(for observers: RemoteCartStore.Observers, api: CartServerAPI) async throws -> FanoutSubscription.Plan? {
+    package func plan(for observers: RemoteCartStore.Observers, api: CartServerAPI) async throws -> FanoutSubscription.Plan? {
         guard !read(\.closed) else { return nil }
         guard let allWanted = observers.wanted else {
             lock.withLock {
@@ -201,7 +199,7 @@ final class Replica: @unchecked Sendable {
     }
 
     /// Applies one update of the subscription and tells the observers.
-    func take(_ update: FanoutSubscription.Update, observers: RemoteCartStore.Observers) throws {
+    package func take(_ update: FanoutSubscription.Update, observers: RemoteCartStore.Observers) throws {
         try lock.withLock {
             guard !state.closed else { return }
             switch update {

@@ -1,7 +1,7 @@
 // fanout-client-bench: what a RemoteCartStore costs per event and observer, next to the weak
 // observer set alone (what CartStore's observers cost).
 //
-//     swift run -c release fanout-client-bench
+//     FANOUT_BENCHMARKS=1 swift run -c release fanout-client-bench
 //
 // Each run applies the same events to a replica whose observers all want every cart (the
 // replica's work: check the version, apply the change to its cart, notify under its lock)
@@ -45,10 +45,12 @@ func events(_ count: Int, carts: Int) -> [CartEvent] {
 }
 
 /// Best of five runs, nanoseconds per event per observer; `prepare` is not timed.
-func best<Fixture>(_ deliveries: Int, prepare: () -> Fixture, _ body: (Fixture) throws -> Void) rethrows -> Double {
+func best<Fixture>(
+    _ deliveries: Int, prepare: () async throws -> Fixture, _ body: (Fixture) throws -> Void
+) async rethrows -> Double {
     var best = Double.infinity
     for _ in 0..<5 {
-        let fixture = prepare()
+        let fixture = try await prepare()
         let start = ContinuousClock.now
         try body(fixture)
         let elapsed = ContinuousClock.now - start
@@ -68,17 +70,22 @@ for observers in [1, 100, 10_000] {
     let count = max(2_000, 2_000_000 / observers)
     let log = events(count, carts: 50)
     let counters = (0..<observers).map { _ in Counting() }
-    let replica = try best(count * observers) {
+    let replica = try await best(count * observers) {
         // Nothing listens at this address: the store's own connection attempts fail at once.
         let store = RemoteCartStore(server: URL(string: "http://127.0.0.1:9")!)
         for counter in counters { store.observers.add(counter) }
+        // What the store's subscription does on a connection: plan (every cart, from a
+        // snapshot: no request; untimed), then take the snapshot and each event.
+        _ = try await store.replica.plan(for: store.observers, api: store.server)
         return store
     } _: { store in
-        try store.applyForBenchmark(snapshot: CartSnapshot(carts: [], seq: 0), events: log)
+        let replica = store.replica
+        try replica.take(.snapshot(CartSnapshot(carts: [], seq: 0), reason: .initial), observers: store.observers)
+        for event in log { try replica.take(.event(event, raw: ""), observers: store.observers) }
     }
     let set = WeakObserverSet<WeakCounting>()
     for counter in counters { set.add(counter) }
-    let bare = best(count * observers) {
+    let bare = await best(count * observers) {
         ()
     } _: { _ in
         for event in log {
