@@ -12,21 +12,7 @@ export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
 SCRATCH=${SCRATCH:-.build-release}
 SUBSCRIBERS=${SUBSCRIBERS:-1000}
 EVENTS=${EVENTS:-500}
-TMP=$(mktemp -d -t fanout-nodes.XXXXXX)
-chmod 755 "$TMP"
-pids=()
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-[ -x "$PGBIN/initdb" ] || { echo "nodes.sh: PostgreSQL is not installed (apt-get install postgresql)" >&2; exit 1; }
-as_postgres=()
-[ "$(id -u)" -ne 0 ] || { as_postgres=(runuser -u postgres --); chown postgres "$TMP"; }
-
-cleanup() {
-    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    "${as_postgres[@]}" "$PGBIN/pg_ctl" stop -m immediate -D "$TMP/pg" >/dev/null 2>&1 || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
+source benchmarks/lib.sh   # free_port, postgres_cluster, start_server
 
 ulimit -n 20000 2>/dev/null || true
 for product in fanout-server fanout-bench; do
@@ -34,10 +20,8 @@ for product in fanout-server fanout-bench; do
 done
 BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
 
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"${as_postgres[@]}" "$PGBIN/initdb" -D "$TMP/pg" -U fanout -A trust -E UTF8 --locale C >/dev/null
-"${as_postgres[@]}" "$PGBIN/pg_ctl" start -w -D "$TMP/pg" -l "$TMP/pg.log" \
-    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$TMP -c max_connections=200" >/dev/null
+postgres_cluster nodes
+port=$PGPORT
 "$PGBIN/psql" -q -h 127.0.0.1 -p "$port" -U fanout -d postgres -c "CREATE DATABASE one" -c "CREATE DATABASE two"
 
 cat >"$TMP/summary.py" <<'PY'
@@ -47,16 +31,7 @@ print("%-44s%10.0f%10.1f%10.1f%10.2f%6d%6d" % (sys.argv[1], r["mutationsPerSecon
       r["latencyMs"]["p99"], r["serverCpuMicrosPerDelivery"], r["lost"], r["duplicated"]))
 PY
 
-# start_server NAME DB: sets URL and PID.
-start_server() {
-    "$BIN/fanout-server" --port 0 --db "$2" --ring-size 4096 --max-subscribers 20000 --log-level warning \
-        >"$TMP/$1.out" 2>"$TMP/$1.err" &
-    PID=$!
-    pids+=("$PID")
-    for _ in $(seq 200); do grep -q "listening on" "$TMP/$1.out" 2>/dev/null && break; sleep 0.05; done
-    URL=$(sed -n 's/^listening on //p' "$TMP/$1.out")
-    [ -n "$URL" ] || { cat "$TMP/$1.err" >&2; echo "nodes.sh: $1 did not start" >&2; exit 1; }
-}
+server_args=(--ring-size 4096 --max-subscribers 20000)
 
 # run LABEL URL... -- PID...: one fanout-bench run, its summary line.
 run() {
@@ -69,9 +44,9 @@ run() {
 }
 
 printf '%-44s%10s%10s%10s%10s%6s%6s\n' "$SUBSCRIBERS subscribers × $EVENTS writes, 4 writers" "writes/s" "p50 ms" "p99 ms" "µs/dlv" "lost" "dup"
-start_server sqlite "$TMP/fanout.sqlite"; run "SQLite, 1 server" "$URL" -- "$PID"; kill "$PID"; wait "$PID" 2>/dev/null || true
-start_server one "postgres://fanout@127.0.0.1:$port/one"; run "PostgreSQL, 1 server" "$URL" -- "$PID"; kill "$PID"; wait "$PID" 2>/dev/null || true
-start_server a "postgres://fanout@127.0.0.1:$port/two"; first=$URL; firstpid=$PID
-start_server b "postgres://fanout@127.0.0.1:$port/two"
+start_server sqlite "$TMP/fanout.sqlite" "${server_args[@]}"; run "SQLite, 1 server" "$URL" -- "$PID"; kill "$PID"; wait "$PID" 2>/dev/null || true
+start_server one "postgres://fanout@127.0.0.1:$port/one" "${server_args[@]}"; run "PostgreSQL, 1 server" "$URL" -- "$PID"; kill "$PID"; wait "$PID" 2>/dev/null || true
+start_server a "postgres://fanout@127.0.0.1:$port/two" "${server_args[@]}"; first=$URL; firstpid=$PID
+start_server b "postgres://fanout@127.0.0.1:$port/two" "${server_args[@]}"
 run "PostgreSQL, 2 servers, half the subscribers each" "$first" "$URL" -- "$firstpid" "$PID"
 echo "(µs/dlv: the fanout servers' CPU per delivery, summed over servers; PostgreSQL's own CPU is not in it)"

@@ -92,12 +92,55 @@ actor PostgresFollower {
         }
     }
 
+    /// Delivers a batch this server has just committed, `events` with the seqs after
+    /// `previous`: at once when everything up to `previous` has been delivered and no catch-up
+    /// is reading (its read may hold them too), else by catching up from the log. Either way,
+    /// when it returns (without a failure) the log through the batch has been delivered. The
+    /// batch's own notification then finds nothing new (`catchUpQuietly(announced:)`).
+    func deliverQuietly(_ events: [CartEvent], following previous: Int64) async {
+        defer { ownBatch.withLockedValue { $0 = nil } }
+        guard let last = events.last?.seq, last > delivered else { return }
+        guard previous == delivered, !catchingUp else { return await catchUpQuietly() }
+        let sink = self.sink.withLockedValue { $0 }
+        for event in events {
+            sink?.deliver(event)
+        }
+        delivered = last
+    }
+
+    /// The last seq of the batch this server is committing, from just before its COMMIT until
+    /// it is delivered (`deliverQuietly`) or has failed (`ownBatchFailed`): a notification of a
+    /// seq up to it is not read for, as the committer delivers everything through its batch.
+    private nonisolated let ownBatch = NIOLockedValueBox<Int64?>(nil)
+    /// The newest seq a notification announced while the own batch was committing.
+    private var announcedMeanwhile: Int64 = 0
+
+    /// Says that this server is about to COMMIT a batch ending at `seq`.
+    nonisolated func committingOwnBatch(through seq: Int64) {
+        ownBatch.withLockedValue { $0 = seq }
+    }
+
+    /// The own batch did not commit (or may not have): catches up if a notification came
+    /// meanwhile.
+    func ownBatchFailed() async {
+        ownBatch.withLockedValue { $0 = nil }
+        if announcedMeanwhile > delivered { await catchUpQuietly() }
+    }
+
     /// Whether the last catch-up failed: failures are logged when they start and end, not at
     /// every poll while the database is away.
     private var failing = false
 
-    /// Catches up, logging rather than throwing (for the doorbell and the poll).
-    func catchUpQuietly() async {
+    /// Catches up, logging rather than throwing (for the doorbell and the poll). A notification
+    /// says the seq its batch ended at (`announced`): nothing to read when that is delivered.
+    func catchUpQuietly(announced: Int64? = nil) async {
+        if let announced {
+            if announced <= delivered { return }
+            if let own = ownBatch.withLockedValue({ $0 }), announced <= own {
+                announcedMeanwhile = max(announcedMeanwhile, announced)
+                return
+            }
+        }
         do {
             try await catchUp()
             if failing {
@@ -125,8 +168,8 @@ actor PostgresFollower {
                     do {
                         try await connection.listen(on: Self.channel) { notifications in
                             await self.catchUpQuietly()
-                            for try await _ in notifications {
-                                await self.catchUpQuietly()
+                            for try await notification in notifications {
+                                await self.catchUpQuietly(announced: Int64(notification.payload))
                             }
                         }
                     } catch {

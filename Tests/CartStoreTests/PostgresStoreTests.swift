@@ -205,6 +205,93 @@ extension PostgresStoreTests {
         #expect(try await store.cart("c")?.items.map(\.sku) == ["a", "c"])
     }
 
+    /// Changes that pile up behind a held seq row commit as one batch, planned in memory one
+    /// after the other: a line removed and added again goes last, a refused change takes no
+    /// seq, a cleared cart starts over, and the carts read back are the log replayed in order.
+    /// A change the database itself refuses (a constraint the plans do not know) fails alone;
+    /// the others of its batch are committed.
+    @Test func aBatchOfChangesLeavesTheCartsAsTheirEventsInOrder() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await PostgresCartStore.running(url: url)
+        defer { try? store.close() }
+        try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
+        try await store.addItem(cartID: "d", sku: "x", quantity: 1, unitPriceCents: 1)
+        let refused = try await Self.queuedBehindTheHeldRow(
+            store, url: url,
+            [
+                { try await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 2) },
+                { try await store.addItem(cartID: "c", sku: "c", quantity: 1, unitPriceCents: 3, name: "named") },
+                { try await store.removeItem(cartID: "c", sku: "a") },
+                { try await store.setQuantity(cartID: "c", sku: "missing", quantity: 2) },
+                { try await store.addItem(cartID: "c", sku: "a", quantity: 4, unitPriceCents: 5) },
+                { try await store.setQuantity(cartID: "c", sku: "b", quantity: 7) },
+                { try await store.clearCart(cartID: "d") },
+                { try await store.addItem(cartID: "d", sku: "y", quantity: 1, unitPriceCents: 1) },
+                { try await store.addItem(cartID: "new", sku: "z", quantity: 2, unitPriceCents: 1, expectedVersion: 0) },
+                { try await store.addItem(cartID: "c", sku: "late", quantity: 1, unitPriceCents: 1, expectedVersion: 1) },
+            ])
+        #expect(refused == [4: .itemNotFound, 10: .versionConflict])
+        let server = try await SharedPostgres.shared.server()
+        _ = try await server.psql("ALTER TABLE cart_items ADD CONSTRAINT not_this_one CHECK (sku <> 'refused-by-db')", on: url)
+        let refusedByTheDatabase = try await Self.queuedBehindTheHeldRow(
+            store, url: url,
+            [
+                { try await store.addItem(cartID: "c", sku: "refused-by-db", quantity: 1, unitPriceCents: 1) },
+                { try await store.addItem(cartID: "d", sku: "after", quantity: 1, unitPriceCents: 1) },
+            ])
+        #expect(refusedByTheDatabase == [1: .storeUnavailable])
+        let log = try await wholeLog(store)
+        #expect(log.map(\.seq) == Array(1...13), "one gap-free run: the refused changes took no seq")
+        var replayed: [String: Cart] = [:]
+        for event in log { replayed[event.cartID, default: Cart(id: event.cartID)].apply(event) }
+        for id in ["c", "d", "e", "new"] {
+            #expect(try await store.cart(id) == replayed[id], "cart \(id)")
+        }
+        let c = try await store.cart("c")
+        #expect(c?.items.map(\.sku) == ["b", "c", "a"])
+        #expect(c?.items.map(\.quantity) == [7, 1, 4])
+        #expect(c?.items[1].name == "named")
+        #expect(try await store.cart("d")?.items.map(\.sku) == ["y", "after"])
+    }
+
+    /// Runs `changes` queued in order behind a change to cart `e` that waits for the seq row,
+    /// held by another session until they all wait: they then commit as one batch. Returns
+    /// the codes of those refused, by index (0 is the change to `e`).
+    private static func queuedBehindTheHeldRow(
+        _ store: CartStore, url: String, _ changes: [@Sendable () async throws -> CartCommit]
+    ) async throws -> [Int: FanoutErrorCode?] {
+        let server = try await SharedPostgres.shared.server()
+        let holder = Task {
+            try? await server.psql("BEGIN", "SELECT latest FROM event_seq FOR UPDATE", "SELECT pg_sleep(600)", "COMMIT", on: url)
+        }
+        let holding = "FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_sleep(600)'"
+        await eventually("the row held") { (try? await server.psql("SELECT count(*) \(holding)", on: url)) == "1\n" }
+        let first: @Sendable () async throws -> CartCommit = {
+            try await store.addItem(cartID: "e", sku: "first", quantity: 1, unitPriceCents: 1)
+        }
+        var tasks: [Task<CartCommit, any Error>] = []
+        for (index, change) in ([first] + changes).enumerated() {
+            tasks.append(Task { try await change() })
+            if index == 0 {
+                // A batch of its own, waiting for the row; the others queue behind it.
+                await eventually("the first change taken") { store.backend.batchUnderWayFor != nil && store.waitingChanges == 0 }
+            } else {
+                await eventually("change \(index) queued") { store.waitingChanges == index }
+            }
+        }
+        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(holding)", on: url)
+        _ = await holder.value
+        var refused: [Int: FanoutErrorCode?] = [:]
+        for (index, task) in tasks.enumerated() {
+            do {
+                _ = try await task.value
+            } catch {
+                refused[index] = CartStoreError.code(error)
+            }
+        }
+        return refused
+    }
+
     /// What `/healthz` asks says what a change meets: while another session holds the seq row
     /// (writes wait, then 503), the probe is refused too. It once said yes throughout, from a
     /// query on another pooled connection that needed no lock.

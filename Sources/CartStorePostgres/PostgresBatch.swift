@@ -1,0 +1,233 @@
+import CartStore
+import Foundation
+import PostgresNIO
+
+/// One batch of mutations as its transaction plans them, between the reads and the one write.
+///
+/// The transaction takes the `event_seq` row first (every writer of every server waits there),
+/// then reads every cart of the batch in one query (`load`). Each mutation is then planned in
+/// memory, in order, on the carts as the ones before it left them: a refused one takes no seq
+/// and writes nothing, so no savepoint is needed, and the seqs taken are `latest + 1…` without
+/// gaps. What the batch changed goes out in one statement (`write`): the events, the carts'
+/// versions, the lines added or changed, the lines removed, the new `latest`, and one
+/// notification. So a batch costs the same few round trips whether it holds one change or a
+/// thousand.
+struct PostgresBatch: Sendable {
+    /// The newest seq when the batch took the row: its events follow it.
+    let previous: Int64
+    /// The batch's carts as its planned mutations leave them (absent: never changed).
+    private var carts: [String: Cart]
+    /// Each cart's lines by sku: the seq of the event that put the line in the cart (its order).
+    private var positions: [String: [String: Int64]]
+    /// Lines to write (added or changed) and lines to delete, by cart: disjoint at the end.
+    private var changedLines: [String: Set<String>] = [:]
+    private var removedLines: [String: Set<String>] = [:]
+    /// The events planned, in seq order, with their encoded changes.
+    private(set) var events: [CartEvent] = []
+    private var encodedChanges: [String] = []
+
+    /// Takes the seq row, then reads `cartIDs`, on `connection` inside the batch's transaction.
+    /// The carts are read in a statement of their own, after the lock: a statement sees the
+    /// database as it was when it started, and one that waited for the lock would miss the
+    /// commit it waited for.
+    static func load(_ cartIDs: [String], _ connection: PostgresConnection, _ logger: Logger) async throws -> PostgresBatch {
+        // Collected, so that a lock timeout is thrown here, not found by the next statement.
+        var taken: Int64?
+        for try await latest in try await connection.execute(TakeSeq(), logger: logger) { taken = latest }
+        guard let latest = taken else {
+            throw CartStoreError(.storeUnavailable, "the event_seq row is missing; nothing was written")
+        }
+        var carts: [String: Cart] = [:]
+        var positions: [String: [String: Int64]] = [:]
+        for try await (id, version, sku, quantity, price, name, position) in try await connection.execute(
+            ReadCarts(ids: cartIDs), logger: logger)
+        {
+            carts[id, default: Cart(id: id, version: version)].version = version
+            if let sku, let quantity, let price, let position {
+                carts[id]!.items.append(CartItem(sku: sku, quantity: Int(quantity), unitPriceCents: Int(price), name: name))
+                positions[id, default: [:]][sku] = position
+            }
+        }
+        return PostgresBatch(previous: latest, carts: carts, positions: positions)
+    }
+
+    private init(previous: Int64, carts: [String: Cart], positions: [String: [String: Int64]]) {
+        self.previous = previous
+        self.carts = carts
+        self.positions = positions
+    }
+
+    /// The newest seq once the batch is written.
+    var latest: Int64 { previous + Int64(events.count) }
+
+    /// Plans `mutation` on its cart as the batch has it so far; on success the event takes the
+    /// next seq and the cart is changed in memory. A refusal changes nothing.
+    mutating func plan(_ mutation: CartMutation, committedAt: Int64) -> Result<CartCommit, any Error> {
+        let plan: MutationPlan
+        do {
+            plan = try mutation.plan(stored: carts[mutation.cartID], committedAt: committedAt)
+        } catch {
+            return .failure(error)
+        }
+        let commit = plan.committed(seq: latest + 1)
+        let cartID = commit.event.cartID
+        events.append(commit.event)
+        encodedChanges.append(plan.encodedChange)
+        carts[cartID] = plan.after
+        switch commit.event.change {
+        case .itemAdded(let item, _):
+            if positions[cartID]?[item.sku] == nil { positions[cartID, default: [:]][item.sku] = commit.event.seq }
+            changed(item.sku, in: cartID)
+        case .quantityChanged(let sku, _):
+            changed(sku, in: cartID)
+        case .itemRemoved(let sku):
+            removed([sku], from: cartID)
+        case .cartCleared:
+            removed(positions[cartID].map { Array($0.keys) } ?? [], from: cartID)
+        }
+        return .success(commit)
+    }
+
+    private mutating func changed(_ sku: String, in cartID: String) {
+        changedLines[cartID, default: []].insert(sku)
+        removedLines[cartID]?.remove(sku)
+    }
+
+    private mutating func removed(_ skus: [String], from cartID: String) {
+        for sku in skus {
+            positions[cartID]?[sku] = nil
+            changedLines[cartID]?.remove(sku)
+            removedLines[cartID, default: []].insert(sku)
+        }
+    }
+
+    /// Writes what the planned mutations changed, in one statement, and NOTIFYs the followers
+    /// once, with the new latest seq (listeners hear it when the transaction commits, never
+    /// before). Nothing to write when every mutation was refused. The lines' foreign key is
+    /// checked at the end of the statement, when the carts' rows are there.
+    func write(_ connection: PostgresConnection, _ logger: Logger) async throws {
+        guard !events.isEmpty else { return }
+        var lineCarts: [String] = []
+        var lineSkus: [String] = []
+        var quantities: [Int64] = []
+        var prices: [Int64] = []
+        var named: [Bool] = []
+        var names: [String] = []
+        var lineSeqs: [Int64] = []
+        for (cartID, skus) in changedLines {
+            guard let cart = carts[cartID] else { continue }
+            for item in cart.items where skus.contains(item.sku) {
+                lineCarts.append(cartID)
+                lineSkus.append(item.sku)
+                quantities.append(Int64(item.quantity))
+                prices.append(Int64(item.unitPriceCents))
+                named.append(item.name != nil)
+                names.append(item.name ?? "")
+                lineSeqs.append(positions[cartID]?[item.sku] ?? latest)
+            }
+        }
+        var goneCarts: [String] = []
+        var goneSkus: [String] = []
+        for (cartID, skus) in removedLines {
+            for sku in skus {
+                goneCarts.append(cartID)
+                goneSkus.append(sku)
+            }
+        }
+        // Every cart the batch changed has an event.
+        let touchedIDs = Array(Set(events.map(\.cartID)))
+        let write = Write(
+            seqs: events.map(\.seq), cartIDs: events.map(\.cartID), kinds: events.map(\.kind.rawValue),
+            changes: encodedChanges, versions: events.map(\.version), committedAt: events.map { $0.committedAt.millisecondsSince1970 },
+            latest: latest, touched: touchedIDs, touchedVersions: touchedIDs.map { carts[$0]?.version ?? 0 },
+            lineCarts: lineCarts, lineSkus: lineSkus, quantities: quantities, prices: prices, named: named, names: names,
+            positions: lineSeqs, goneCarts: goneCarts, goneSkus: goneSkus)
+        // Its one row (the notification's) read to the end: only then is the statement done.
+        for try await _ in try await connection.execute(write, logger: logger) {}
+    }
+
+    // MARK: Statements
+
+    // Prepared once per connection (PostgresNIO keeps them by name): PostgreSQL parses and
+    // plans the batch's statements once, not per batch.
+
+    /// Takes the seq row, held to COMMIT.
+    struct TakeSeq: PostgresPreparedStatement {
+        static let sql = "SELECT latest FROM event_seq FOR UPDATE"
+        func makeBindings() -> PostgresBindings { PostgresBindings() }
+        func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
+    }
+
+    /// The carts `ids` and their lines, in line order.
+    struct ReadCarts: PostgresPreparedStatement {
+        static let sql = """
+            SELECT c.id, c.version, i.sku, i.quantity, i.unit_price_cents, i.name, i.position
+            FROM carts c LEFT JOIN cart_items i ON i.cart_id = c.id
+            WHERE c.id = ANY($1) ORDER BY c.id, i.position
+            """
+        let ids: [String]
+        func makeBindings() -> PostgresBindings {
+            var binds = PostgresBindings()
+            binds.append(ids)
+            return binds
+        }
+        func decodeRow(_ row: PostgresRow) throws -> (String, Int64, String?, Int64?, Int64?, String?, Int64?) {
+            try row.decode((String, Int64, String?, Int64?, Int64?, String?, Int64?).self)
+        }
+    }
+
+    /// Everything a batch writes, as arrays, one element per event, cart or line.
+    struct Write: PostgresPreparedStatement {
+        static let sql = """
+            WITH logged AS (
+                INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at)
+                SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])),
+            seq AS (UPDATE event_seq SET latest = $7),
+            cart AS (
+                INSERT INTO carts (id, version) SELECT * FROM unnest($8::text[], $9::bigint[])
+                ON CONFLICT (id) DO UPDATE SET version = excluded.version),
+            line AS (
+                INSERT INTO cart_items (cart_id, sku, quantity, unit_price_cents, name, position)
+                SELECT cart_id, sku, quantity, price, CASE WHEN named THEN name END, position
+                FROM unnest($10::text[], $11::text[], $12::bigint[], $13::bigint[], $14::bool[], $15::text[], $16::bigint[])
+                    AS l(cart_id, sku, quantity, price, named, name, position)
+                ON CONFLICT (cart_id, sku) DO UPDATE SET
+                    quantity = excluded.quantity, unit_price_cents = excluded.unit_price_cents, name = excluded.name,
+                    position = excluded.position),
+            gone AS (
+                DELETE FROM cart_items WHERE (cart_id, sku) IN (SELECT * FROM unnest($17::text[], $18::text[])))
+            SELECT pg_notify('\(PostgresFollower.channel)', $7::text)
+            """
+
+        let seqs: [Int64], cartIDs: [String], kinds: [String], changes: [String], versions: [Int64], committedAt: [Int64]
+        let latest: Int64
+        let touched: [String], touchedVersions: [Int64]
+        let lineCarts: [String], lineSkus: [String], quantities: [Int64], prices: [Int64], named: [Bool], names: [String],
+            positions: [Int64]
+        let goneCarts: [String], goneSkus: [String]
+
+        func makeBindings() -> PostgresBindings {
+            var binds = PostgresBindings()
+            binds.append(seqs)  // $1
+            binds.append(cartIDs)  // $2
+            binds.append(kinds)  // $3
+            binds.append(changes)  // $4
+            binds.append(versions)  // $5
+            binds.append(committedAt)  // $6
+            binds.append(latest)  // $7
+            binds.append(touched)  // $8
+            binds.append(touchedVersions)  // $9
+            binds.append(lineCarts)  // $10
+            binds.append(lineSkus)  // $11
+            binds.append(quantities)  // $12
+            binds.append(prices)  // $13
+            binds.append(named)  // $14
+            binds.append(names)  // $15
+            binds.append(positions)  // $16
+            binds.append(goneCarts)  // $17
+            binds.append(goneSkus)  // $18
+            return binds
+        }
+        func decodeRow(_ row: PostgresRow) throws {}
+    }
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Acknowledged writes/s from outside, SQLite next to PostgreSQL on one, two and three servers
+# sharing a database: wrk POSTs one item to a random cart of 1 000 over keep-alive connections
+# (benchmarks/writes.lua); the servers' CPU from /proc; the log's last seq checked against the
+# writes acknowledged. Usage: bash benchmarks/writes.sh   (see benchmarks/README.md)
+#
+# Needs wrk and PostgreSQL's server programs (apt-get install wrk postgresql); starts its own
+# throwaway cluster on 127.0.0.1 (as the postgres user when run as root), removed at exit.
+# Environment: SCRATCH (build folder, default .build-release), SECONDS_EACH (10), CONNECTIONS
+# ("4 64 256", for one server), NODE_CONNECTIONS (64, spread over the servers of a multi-node run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
+SCRATCH=${SCRATCH:-.build-release}
+SECONDS_EACH=${SECONDS_EACH:-10}
+CONNECTIONS=${CONNECTIONS:-4 64 256}
+NODE_CONNECTIONS=${NODE_CONNECTIONS:-64}
+source benchmarks/lib.sh   # free_port, postgres_cluster, start_server
+command -v wrk >/dev/null || { echo "writes.sh: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
+
+swift build -c release --scratch-path "$SCRATCH" --product fanout-server >&2
+BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
+
+postgres_cluster writes
+pgport=$PGPORT
+psql_() { "$PGBIN/psql" -qtA -h 127.0.0.1 -p "$pgport" -U fanout "$@"; }
+
+# CPU seconds (user + system) of the given pids so far.
+cpu_seconds() {
+    local total=0 pid line fields
+    for pid in "$@"; do
+        read -r line <"/proc/$pid/stat"
+        read -ra fields <<<"${line##*) }"
+        total=$((total + fields[11] + fields[12]))
+    done
+    python3 -c "print($total / $(getconf CLK_TCK))"
+}
+
+# run LABEL LASTSEQ_COMMAND CONNECTIONS URL... -- PID...: wrk on every URL at once (the
+# connections split between them), then one line of the table.
+run() {
+    local label=$1 lastseq=$2 connections=$3; shift 3
+    local urls=() servers=()
+    while [ "$1" != "--" ]; do urls+=("$1"); shift; done; shift
+    servers=("$@")
+    local before cpu0 cpu1 each=$((connections / ${#urls[@]})) i=0
+    before=$(eval "$lastseq")
+    cpu0=$(cpu_seconds "${servers[@]}")
+    for url in "${urls[@]}"; do
+        wrk -t 1 -c "$each" -d "${SECONDS_EACH}s" --timeout 10s -s benchmarks/writes.lua "$url" | tail -n 1 >"$TMP/wrk.$i" &
+        i=$((i + 1))
+    done
+    wait_wrk
+    cpu1=$(cpu_seconds "${servers[@]}")
+    sleep 0.5
+    local after
+    after=$(eval "$lastseq")
+    cat "$TMP"/wrk.* | python3 -c '
+import json, sys
+label, connections, before, after, cpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+runs = [json.loads(line) for line in sys.stdin if line.startswith("{")]
+acknowledged = sum(r["acknowledged"] for r in runs)
+seconds = max(r["seconds"] for r in runs)
+logged = after - before
+check = "ok" if logged >= acknowledged else "LOST %d" % (acknowledged - logged)
+print("%-36s%6d%12.0f%10.0f%9.1f%9.1f%8d%8s" % (label, connections, acknowledged / seconds, cpu / max(acknowledged, 1) * 1e6,
+      max(r["p50"] for r in runs), max(r["p99"] for r in runs), sum(r["errors"] for r in runs), check))
+' "$label" "$connections" "$before" "$after" "$(python3 -c "print($cpu1 - $cpu0)")"
+    rm -f "$TMP"/wrk.*
+}
+wait_wrk() { while pgrep -x wrk >/dev/null; do sleep 0.2; done; }
+
+printf '%-36s%6s%12s%10s%9s%9s%8s%8s\n' "one item to a random cart of 1 000" "conns" "writes/s" "µs CPU/w" "p50 ms" "p99 ms" "errors" "log"
+start_server sqlite "$TMP/fanout.sqlite"
+for c in $CONNECTIONS; do
+    run "SQLite, 1 server" "sqlite3 $TMP/fanout.sqlite 'SELECT coalesce(max(seq), 0) FROM cart_events'" "$c" "$URL" -- "$PID"
+done
+kill "$PID"; wait "$PID" 2>/dev/null || true
+
+for nodes in 1 2 3; do
+    psql_ -d postgres -c "CREATE DATABASE nodes$nodes"
+    urls=() servers=()
+    for n in $(seq "$nodes"); do
+        start_server "pg$nodes-$n" "postgres://fanout@127.0.0.1:$pgport/nodes$nodes"
+        urls+=("$URL"); servers+=("$PID")
+    done
+    lastseq="$PGBIN/psql -qtA -h 127.0.0.1 -p $pgport -U fanout -d nodes$nodes -c 'SELECT latest FROM event_seq'"
+    if [ "$nodes" = 1 ]; then
+        for c in $CONNECTIONS; do run "PostgreSQL, 1 server" "$lastseq" "$c" "${urls[@]}" -- "${servers[@]}"; done
+    else
+        run "PostgreSQL, $nodes servers" "$lastseq" "$NODE_CONNECTIONS" "${urls[@]}" -- "${servers[@]}"
+    fi
+    for pid in "${servers[@]}"; do kill "$pid"; wait "$pid" 2>/dev/null || true; done
+done
+echo "(µs CPU/w: the fanout servers' CPU per acknowledged write, summed over servers; PostgreSQL's own is not in it."
+echo " log: the database's last seq moved by at least the writes acknowledged)"
