@@ -11,9 +11,9 @@ import ServiceLifecycle
 /// A mutation batch runs in one transaction that first locks the `event_seq` row: every
 /// writer on every server then commits one after the other, a change is planned from what the
 /// last commit left, and the seqs it takes follow commit order without gaps (a refused change
-/// rolls back to its savepoint and gives its seq back). Delivery is the `PostgresFollower`'s,
-/// the same for this server's commits and the others': a caller is answered once the follower
-/// has delivered the log up to its own commit.
+/// takes none: `PostgresBatch`). Delivery is the `PostgresFollower`'s, the same for this
+/// server's commits and the others': a caller is answered once the follower has delivered the
+/// log up to its own commit.
 ///
 /// Every use of the database ends by a deadline (`PostgresConnections`), so every caller is
 /// answered within the 5 s docs/OPERATING.md promises, whatever the database does: a change's callers are told it

@@ -74,21 +74,37 @@ actor PostgresFollower {
     private func deliverCommitted() async throws {
         let sink = self.sink.withLockedValue { $0 }
         while true {
-            let from = delivered
-            let rows = try await connections.query(
-                """
-                SELECT seq, cart_id, change, cart_version, committed_at FROM cart_events
-                WHERE seq > \(from) ORDER BY seq LIMIT 1000
-                """, until: .now + PostgresConnections.timeout, logger: logger)
-            let page: [CartEvent] = try rows.map { row in
-                let (seq, cartID, change, version, committedAt) = try row.decode((Int64, String, String, Int64, Int64).self)
-                return try .stored(seq: seq, cartID: cartID, change: change, version: version, committedAt: committedAt)
+            let read = ReadLog(after: delivered)
+            let logger = self.logger
+            let page = try await connections.withConnection(until: .now + PostgresConnections.timeout) { connection in
+                var page: [CartEvent] = []
+                for try await event in try await connection.execute(read, logger: logger) { page.append(event) }
+                return page
             }
             for event in page {
                 sink?.deliver(event)
                 delivered = event.seq
             }
-            if page.count < 1000 { return }
+            if page.count < ReadLog.pageSize { return }
+        }
+    }
+
+    /// A page of the log after a seq, in order; prepared once per connection.
+    struct ReadLog: PostgresPreparedStatement {
+        static let pageSize = 1_000
+        static let sql = """
+            SELECT seq, cart_id, change, cart_version, committed_at FROM cart_events
+            WHERE seq > $1 ORDER BY seq LIMIT \(pageSize)
+            """
+        let after: Int64
+        func makeBindings() -> PostgresBindings {
+            var binds = PostgresBindings()
+            binds.append(after)
+            return binds
+        }
+        func decodeRow(_ row: PostgresRow) throws -> CartEvent {
+            let (seq, cartID, change, version, committedAt) = try row.decode((Int64, String, String, Int64, Int64).self)
+            return try .stored(seq: seq, cartID: cartID, change: change, version: version, committedAt: committedAt)
         }
     }
 
