@@ -128,7 +128,18 @@ struct FanoutServerCommand: AsyncParsableCommand {
         logger.logLevel = configuration.logLevel
         // Connections beyond the descriptors left wait in the listen backlog, instead of
         // failing every accept (which spun a core) while idle ones time out.
-        configuration.maxConnections = max(16, OpenFilesLimit.raise(logger: logger) - OpenFilesLimit.reserve)
+        let openFiles = OpenFilesLimit.raise(logger: logger)
+        let connections = max(16, openFiles - OpenFilesLimit.reserve)
+        configuration.maxConnections = connections
+        // A subscriber past the descriptors would wait in the backlog: it is refused as
+        // `server_full` instead, and the operator told at start.
+        let subscriberRoom = OpenFilesLimit.subscriberRoom(connections: connections)
+        if configuration.maxSubscribers > subscriberRoom {
+            logger.warning(
+                "the open files limit (\(openFiles)) leaves room for \(subscriberRoom) subscribers, fewer than --max-subscribers \(configuration.maxSubscribers): past \(subscriberRoom) a subscriber is refused with server_full; raise the hard limit (ulimit -Hn) to serve more"
+            )
+            configuration.maxSubscribers = subscriberRoom
+        }
 
         let store: CartStore
         var storeService: PostgresCartStore?

@@ -8,6 +8,14 @@ import Logging
 enum OpenFilesLimit {
     /// Descriptors kept for the database, its WAL, logs and the listener.
     static let reserve = 64
+    /// Connections kept for requests when the limit bounds the subscribers: the API, `/healthz`
+    /// and `/stats` still answer at the subscriber limit.
+    static let requestRoom = 64
+
+    /// The most subscribers `connections` open connections leave room for.
+    static func subscriberRoom(connections: Int) -> Int {
+        max(1, connections - requestRoom)
+    }
 
     /// Raises the soft limit to the hard limit (a shell's usual soft limit, 1 024, would lock
     /// clients out long before memory runs short), logs it, and returns the limit now in force.

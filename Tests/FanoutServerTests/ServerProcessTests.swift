@@ -166,6 +166,39 @@ struct ServerProcessTests {
         #expect(await server.waitForExit() == 0)
     }
 
+    /// A server whose open-files limit leaves room for fewer subscribers than
+    /// `--max-subscribers` says so at start, and refuses the subscriber past that room with
+    /// `server_full`, as at `--max-subscribers`, rather than leaving it in the listen backlog;
+    /// requests are still answered.
+    @Test func anOpenFilesLimitBelowMaxSubscribersIsSaidAndEndsInServerFull() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let limit = 200
+        let server = try ServerProcess(
+            arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path, "--lease-ttl", "300", "--max-subscribers", "1000"],
+            openFilesLimit: limit)
+        let room = limit - 128
+        await eventually("the warning at start") { server.standardError.contains("leaves room for \(room) subscribers") }
+        #expect(server.standardError.contains("fewer than --max-subscribers 1000"), "\(server.standardError)")
+        let port = server.port
+        let (admitted, refused) = try await onThreadOfItsOwn { () throws -> ([RawWebSocket], (head: String, body: String)) in
+            let admitted = try (0..<room).map { _ in try RawWebSocket(port: port) }
+            for client in admitted {
+                let answer = try client.upgrade()
+                guard answer.head.hasPrefix("HTTP/1.1 101") else { throw POSIXError(.ECONNREFUSED) }
+            }
+            return (admitted, try RawWebSocket(port: port).upgrade())
+        }
+        #expect(refused.head.hasPrefix("HTTP/1.1 503"), "\(refused.head)")
+        #expect(refused.body.contains(#""code":"server_full""#), "\(refused.body)")
+        let health = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/healthz")!)
+        #expect((health.1 as? HTTPURLResponse)?.statusCode == 200)
+        withExtendedLifetime(admitted) {}
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+    }
+
     @Test func badCommandLinesExitNonZeroWithAMessage() async throws {
         for arguments in [
             ["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"],

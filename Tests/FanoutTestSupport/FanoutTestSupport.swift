@@ -48,12 +48,31 @@ public final class ServerProcess {
     public let process = Process()
     public let port: Int
     private let stdout = Pipe()
+    private let stderr = Pipe()
+    private let errors = NIOLockedValueBox(Data())
 
-    public init(arguments: [String]) throws {
-        process.executableURL = Self.executable("fanout-server")
-        process.arguments = arguments
+    /// - Parameter openFilesLimit: started under this limit of open files (soft and hard, as
+    ///   `ulimit -n` sets them), through `/bin/sh`.
+    public init(arguments: [String], openFilesLimit: Int? = nil) throws {
+        let server = Self.executable("fanout-server")
+        if let openFilesLimit {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "ulimit -n \(openFilesLimit) && exec \"$0\" \"$@\"", server.path] + arguments
+        } else {
+            process.executableURL = server
+            process.arguments = arguments
+        }
         process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
+        process.standardError = stderr
+        // Read as it comes, on a thread of its own: a full pipe would stall the server.
+        let handle = stderr.fileHandleForReading
+        Thread.detachNewThread { [errors] in
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { return }
+                errors.withLockedValue { $0.append(chunk) }
+            }
+        }
         try process.run()
         // The first line is always "listening on http://HOST:PORT".
         var line = Data()
@@ -73,6 +92,9 @@ public final class ServerProcess {
     }
 
     public func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+
+    /// What it has written to standard error so far (its log).
+    public var standardError: String { errors.withLockedValue { String(decoding: $0, as: UTF8.self) } }
 
     /// Its exit status once it has exited; -1 if it has not within `timeout` (it is then
     /// killed) or the test was cancelled meanwhile (see `exitStatus(of:within:)`).
