@@ -115,8 +115,11 @@ actor PostgresFollower {
     /// batch's own notification then finds nothing new (`catchUpQuietly(announced:)`).
     func deliverQuietly(_ events: [CartEvent], following previous: Int64) async {
         defer { ownBatch.withLockedValue { $0 = nil } }
-        guard let last = events.last?.seq, last > delivered else { return }
-        guard previous == delivered, !catchingUp else { return await catchUpQuietly() }
+        // A batch whose changes were all refused wrote nothing, but another server's batch
+        // before it may be undelivered (and its notification skipped meanwhile).
+        let last = events.last?.seq ?? previous
+        guard last > delivered else { return }
+        guard !events.isEmpty, previous == delivered, !catchingUp else { return await catchUpQuietly() }
         let sink = self.sink.withLockedValue { $0 }
         for event in events {
             sink?.deliver(event)

@@ -176,7 +176,9 @@ struct ServerProcessTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let limit = 200
         let server = try ServerProcess(
-            arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path, "--lease-ttl", "300", "--max-subscribers", "1000"],
+            arguments: [
+                "--port", "0", "--db", directory.appending(path: "db.sqlite").path, "--lease-ttl", "300", "--max-subscribers", "1000",
+            ],
             openFilesLimit: limit)
         let room = limit - 128
         await eventually("the warning at start") { server.standardError.contains("leaves room for \(room) subscribers") }
