@@ -5,13 +5,15 @@
 #
 # Needs PostgreSQL's server programs (apt-get install postgresql); starts its own throwaway
 # cluster on 127.0.0.1 (as the postgres user when run as root) and removes it at exit.
-# Environment: SCRATCH (build folder, default .build-release), SUBSCRIBERS (1000), EVENTS (500).
+# Environment: SCRATCH (build folder, default .build-release), SUBSCRIBERS (1000), EVENTS (500),
+# RATE (writes per second in all; default: as fast as the writers' answers come).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
 SCRATCH=${SCRATCH:-.build-release}
 SUBSCRIBERS=${SUBSCRIBERS:-1000}
 EVENTS=${EVENTS:-500}
+RATE=${RATE:-}
 source benchmarks/lib.sh   # free_port, postgres_cluster, start_server
 
 ulimit -n 20000 2>/dev/null || true
@@ -39,11 +41,11 @@ run() {
     local args=() pidargs=()
     while [ "$1" != "--" ]; do args+=(--url "$1"); shift; done; shift
     for pid in "$@"; do pidargs+=(--server-pid "$pid"); done
-    "$BIN/fanout-bench" "${args[@]}" "${pidargs[@]}" --subscribers "$SUBSCRIBERS" --events "$EVENTS" --writers 4 \
+    "$BIN/fanout-bench" "${args[@]}" "${pidargs[@]}" --subscribers "$SUBSCRIBERS" --events "$EVENTS" --writers 4 ${RATE:+--rate "$RATE"} \
         | python3 "$TMP/summary.py" "$label"
 }
 
-printf '%-44s%10s%10s%10s%10s%6s%6s\n' "$SUBSCRIBERS subscribers × $EVENTS writes, 4 writers" "writes/s" "p50 ms" "p99 ms" "µs/dlv" "lost" "dup"
+printf '%-44s%10s%10s%10s%10s%6s%6s\n' "$SUBSCRIBERS subscribers × $EVENTS writes, 4 writers${RATE:+, $RATE/s}" "writes/s" "p50 ms" "p99 ms" "µs/dlv" "lost" "dup"
 start_server sqlite "$TMP/fanout.sqlite" "${server_args[@]}"; run "SQLite, 1 server" "$URL" -- "$PID"; kill "$PID"; wait "$PID" 2>/dev/null || true
 start_server one "postgres://fanout@127.0.0.1:$port/one" "${server_args[@]}"; run "PostgreSQL, 1 server" "$URL" -- "$PID"; kill "$PID"; wait "$PID" 2>/dev/null || true
 start_server a "postgres://fanout@127.0.0.1:$port/two" "${server_args[@]}"; first=$URL; firstpid=$PID

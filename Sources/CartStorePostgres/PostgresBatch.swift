@@ -102,8 +102,8 @@ struct PostgresBatch: Sendable {
     }
 
     /// Writes what the planned mutations changed, in one statement, and NOTIFYs the followers
-    /// once, with the new latest seq (listeners hear it when the transaction commits, never
-    /// before). Nothing to write when every mutation was refused. The lines' foreign key is
+    /// once, with the batch's seqs and, when they fit, its events (`BatchAnnouncement`;
+    /// listeners hear it when the transaction commits, never before). Nothing to write when every mutation was refused. The lines' foreign key is
     /// checked at the end of the statement, when the carts' rows are there.
     func write(_ connection: PostgresConnection, _ logger: Logger) async throws {
         guard !events.isEmpty else { return }
@@ -141,7 +141,8 @@ struct PostgresBatch: Sendable {
             changes: encodedChanges, versions: events.map(\.version), committedAt: events.map { $0.committedAt.millisecondsSince1970 },
             latest: latest, touched: touchedIDs, touchedVersions: touchedIDs.map { carts[$0]?.version ?? 0 },
             lineCarts: lineCarts, lineSkus: lineSkus, quantities: quantities, prices: prices, named: named, names: names,
-            positions: lineSeqs, goneCarts: goneCarts, goneSkus: goneSkus)
+            positions: lineSeqs, goneCarts: goneCarts, goneSkus: goneSkus,
+            announcement: BatchAnnouncement.payload(previous: previous, latest: latest, events: events, changes: encodedChanges))
         // Its one row (the notification's) read to the end: only then is the statement done.
         for try await _ in try await connection.execute(write, logger: logger) {}
     }
@@ -196,7 +197,7 @@ struct PostgresBatch: Sendable {
                     position = excluded.position),
             gone AS (
                 DELETE FROM cart_items WHERE (cart_id, sku) IN (SELECT * FROM unnest($17::text[], $18::text[])))
-            SELECT pg_notify('\(PostgresFollower.channel)', $7::text)
+            SELECT pg_notify('\(PostgresFollower.channel)', $19)
             """
 
         let seqs: [Int64], cartIDs: [String], kinds: [String], changes: [String], versions: [Int64], committedAt: [Int64]
@@ -205,6 +206,8 @@ struct PostgresBatch: Sendable {
         let lineCarts: [String], lineSkus: [String], quantities: [Int64], prices: [Int64], named: [Bool], names: [String],
             positions: [Int64]
         let goneCarts: [String], goneSkus: [String]
+        /// The notification's payload (`BatchAnnouncement`).
+        let announcement: String
 
         func makeBindings() -> PostgresBindings {
             var binds = PostgresBindings()
@@ -226,6 +229,7 @@ struct PostgresBatch: Sendable {
             binds.append(positions)  // $16
             binds.append(goneCarts)  // $17
             binds.append(goneSkus)  // $18
+            binds.append(announcement)  // $19
             return binds
         }
         func decodeRow(_ row: PostgresRow) throws {}

@@ -7,8 +7,10 @@ import PostgresNIO
 /// log after the last seq it delivered, in order, and delivers each event to the store's
 /// observers, exactly as a local commit would be.
 ///
-/// A commit NOTIFYs `fanout_events`, but the notification is only a doorbell: what is
-/// delivered always comes from the log. Seqs are taken under one row lock held to commit, so
+/// A commit NOTIFYs `fanout_events` with its batch's seqs and, when they fit, its events
+/// (`BatchAnnouncement`): the log's rows as the same transaction wrote them. They are delivered
+/// from the notification only when they are exactly the next ones; otherwise the notification
+/// is a doorbell, and the log is read. Seqs are taken under one row lock held to commit, so
 /// the committed seqs are a gap-free prefix at any moment, and reading "after the last one
 /// delivered" can neither skip nor repeat. A missed notification, a dropped LISTEN connection
 /// or a restarted PostgreSQL therefore lose nothing; a poll every `pollInterval` covers a
@@ -146,6 +148,22 @@ actor PostgresFollower {
         if announcedMeanwhile > delivered { await catchUpQuietly() }
     }
 
+    /// A notification: its batch's events are delivered from it when they are the next ones
+    /// and came with it (`BatchAnnouncement`); else the log is read, unless what it announces
+    /// is delivered already or is this server's own batch.
+    func heard(_ payload: String) async {
+        guard let announcement = BatchAnnouncement(payload) else { return await catchUpQuietly() }
+        if let events = announcement.events, announcement.previous == delivered, !catchingUp {
+            let sink = self.sink.withLockedValue { $0 }
+            for event in events {
+                sink?.deliver(event)
+            }
+            delivered = announcement.latest
+            return
+        }
+        await catchUpQuietly(announced: announcement.latest)
+    }
+
     /// Whether the last catch-up failed: failures are logged when they start and end, not at
     /// every poll while the database is away.
     private var failing = false
@@ -188,7 +206,7 @@ actor PostgresFollower {
                         try await connection.listen(on: Self.channel) { notifications in
                             await self.catchUpQuietly()
                             for try await notification in notifications {
-                                await self.catchUpQuietly(announced: Int64(notification.payload))
+                                await self.heard(notification.payload)
                             }
                         }
                     } catch {

@@ -254,6 +254,35 @@ extension PostgresStoreTests {
         #expect(try await store.cart("d")?.items.map(\.sku) == ["y", "after"])
     }
 
+    /// Another server hears a batch from its notification when the events fit in one, and
+    /// from the log when they do not (30 lines with 200-character names are far past 8 000
+    /// bytes): either way every event once, in seq order, and the same events.
+    @Test func anotherStoreGetsSmallAndLargeBatchesWholeAndInOrder() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let writer = try await PostgresCartStore.running(url: url)
+        defer { try? writer.close() }
+        let other = try await PostgresCartStore.running(url: url)
+        defer { try? other.close() }
+        let heard = RecordingObserver()
+        other.observers.add(heard)
+        let name = String(repeating: "n", count: 200)
+        _ = try await Self.queuedBehindTheHeldRow(
+            writer, url: url,
+            (0..<30).map { index in
+                { try await writer.addItem(cartID: "big", sku: "s\(index)", quantity: 1, unitPriceCents: 1, name: name) }
+            })
+        _ = try await Self.queuedBehindTheHeldRow(
+            writer, url: url,
+            (0..<3).map { index in
+                { try await writer.addItem(cartID: "small", sku: "s\(index)", quantity: 1, unitPriceCents: 1) }
+            })
+        let log = try await wholeLog(writer)
+        #expect(log.count == 35)
+        await eventually("the other store has heard every batch") { heard.seqs.count >= log.count }
+        #expect(heard.seqs == log.map(\.seq))
+        #expect(heard.received == log)
+    }
+
     /// Runs `changes` queued in order behind a change to cart `e` that waits for the seq row,
     /// held by another session until they all wait: they then commit as one batch. Returns
     /// the codes of those refused, by index (0 is the change to `e`).

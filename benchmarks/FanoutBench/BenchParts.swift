@@ -34,14 +34,22 @@ struct Writers: Sendable {
         return Writers(target: target, count: count, publishers: publishers)
     }
 
-    func perform(_ total: Int, clock: ContinuousClock) async throws -> [Write] {
+    /// Performs `total` writes, spread over the writers; at most `rate` a second in all when
+    /// given (write `n` of the run starts no earlier than `n / rate` seconds in), else each
+    /// writer as fast as its answers come.
+    func perform(_ total: Int, rate: Double? = nil, clock: ContinuousClock) async throws -> [Write] {
         let nextSeq = Counter()
+        let start = clock.now
         return await withTaskGroup(of: [Write].self) { group in
             for writer in 0..<count {
                 let share = total / count + (writer < total % count ? 1 : 0)
                 group.addTask {
                     var done: [Write] = []
                     for index in 0..<share {
+                        if let rate {
+                            let due = start + .seconds(Double(index * self.count + writer) / rate)
+                            try? await clock.sleep(until: due)
+                        }
                         if let write = await self.write(writer: writer, index: index, nextSeq: nextSeq, clock: clock) {
                             done.append(write)
                         }

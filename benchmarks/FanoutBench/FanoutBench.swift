@@ -54,6 +54,9 @@ struct FanoutBench: AsyncParsableCommand {
     @Option(help: "Concurrent writers.")
     var writers: Int = 4
 
+    @Option(help: "Writes per second in all (default: each writer as fast as its answers come).")
+    var rate: Double?
+
     @Option(name: .customLong("server-pid"), help: "A server process to measure (repeatable; summed).")
     var serverPIDs: [Int32] = []
 
@@ -88,6 +91,7 @@ struct FanoutBench: AsyncParsableCommand {
                 throw ValidationError("--url must be the server's http:// URL (got \(url))")
             }
         }
+        if let rate, !(rate > 0) { throw ValidationError("--rate must be > 0") }
         guard subscribers >= 0, events >= 0, writers >= 1, (receiveThreads ?? 1) >= 1 else {
             throw ValidationError("--subscribers and --events must be ≥ 0, --writers and --receive-threads ≥ 1")
         }
@@ -125,7 +129,7 @@ struct FanoutBench: AsyncParsableCommand {
         let benchCpuBefore = bench.cpuSeconds()
         let clock = ContinuousClock()
         let start = clock.now
-        let writes = try await openWriters.perform(events, clock: clock)
+        let writes = try await openWriters.perform(events, rate: rate, clock: clock)
         let writesDone = clock.now
         let acknowledged = Set(writes.map(\.seq))
         await fleet.waitForDeliveries(of: acknowledged, timeout: .seconds(drainTimeout))

@@ -1,0 +1,69 @@
+import CartStore
+import Foundation
+
+/// What a batch's notification says: the seq it follows and the seq it ends at, and, when they
+/// fit in a notification (`maxBytes`), its events. A follower whose log is delivered through
+/// `previous` delivers them from here, without reading the log; any other follower, or any
+/// payload without events (or not of this form), reads the log as before. The events are the
+/// log's rows as the same transaction wrote them, and PostgreSQL delivers a notification only
+/// once its transaction has committed.
+///
+/// The form, text: a line `previous latest`, then a line per event, its fields separated by
+/// tabs: seq, cart id, version, committed at (ms), and the change's JSON last (ids have no
+/// tabs, and JSON written by `JSONBytes` no raw tab or newline).
+struct BatchAnnouncement {
+    let previous: Int64?
+    let latest: Int64
+    let events: [CartEvent]?
+
+    /// A notification's payload is at most 8 000 bytes; this leaves room.
+    static let maxBytes = 7_900
+
+    /// The payload of a batch's notification.
+    static func payload(previous: Int64, latest: Int64, events: [CartEvent], changes: [String]) -> String {
+        let head = "\(previous) \(latest)"
+        var payload = head
+        for (event, change) in zip(events, changes) {
+            payload += "\n\(event.seq)\t\(event.cartID)\t\(event.version)\t\(event.committedAt.millisecondsSince1970)\t\(change)"
+            if payload.utf8.count > maxBytes { return head }
+        }
+        return payload
+    }
+
+    /// Reads a payload: this form, or a bare seq (an older server's doorbell). Nil for
+    /// anything else, which is a doorbell too.
+    init?(_ payload: String) {
+        let lines = payload.split(separator: "\n", omittingEmptySubsequences: false)
+        let head = lines[0].split(separator: " ")
+        switch head.count {
+        case 1:
+            guard let latest = Int64(head[0]) else { return nil }
+            self.init(previous: nil, latest: latest, events: nil)
+        case 2:
+            guard let previous = Int64(head[0]), let latest = Int64(head[1]) else { return nil }
+            var events: [CartEvent] = []
+            for line in lines.dropFirst() {
+                let fields = line.split(separator: "\t", maxSplits: 4, omittingEmptySubsequences: false)
+                guard fields.count == 5, let seq = Int64(fields[0]), let version = Int64(fields[2]),
+                    let committedAt = Int64(fields[3]),
+                    let event = try? CartEvent.stored(
+                        seq: seq, cartID: String(fields[1]), change: String(fields[4]), version: version, committedAt: committedAt)
+                else { return nil }
+                events.append(event)
+            }
+            // Whole, or none: a batch's events are its seqs after `previous`, in order.
+            let whole =
+                Int64(events.count) == latest - previous
+                && events.enumerated().allSatisfy { $0.element.seq == previous + 1 + Int64($0.offset) }
+            self.init(previous: previous, latest: latest, events: whole ? events : nil)
+        default:
+            return nil
+        }
+    }
+
+    init(previous: Int64?, latest: Int64, events: [CartEvent]?) {
+        self.previous = previous
+        self.latest = latest
+        self.events = events
+    }
+}

@@ -1,0 +1,61 @@
+import CartStore
+import FanoutProtocol
+import Foundation
+import Testing
+
+@testable import CartStorePostgres
+
+/// What a PostgreSQL batch's notification carries, and what a follower may take from it.
+@Suite("PostgreSQL batch announcement")
+struct BatchAnnouncementTests {
+    static func events(after previous: Int64, _ count: Int, name: String? = nil) -> [CartEvent] {
+        (1...count).map { index in
+            let item = CartItem(sku: "s\(index)", quantity: index, unitPriceCents: 5, name: name ?? "tab\there \"quoted\"\nline")
+            return CartEvent(
+                seq: previous + Int64(index), cartID: "c\(index % 3)", change: .itemAdded(item: item, addedQuantity: index),
+                version: Int64(index), committedAt: Date(millisecondsSince1970: 1_700_000_000_000 + Int64(index)))
+        }
+    }
+
+    static func payload(_ events: [CartEvent], previous: Int64) -> String {
+        BatchAnnouncement.payload(
+            previous: previous, latest: previous + Int64(events.count), events: events, changes: events.map { EventJSON.change($0.change) })
+    }
+
+    @Test func aBatchThatFitsIsReadBackWhole() throws {
+        let events = Self.events(after: 41, 5)
+        let announcement = try #require(BatchAnnouncement(Self.payload(events, previous: 41)))
+        #expect(announcement.previous == 41)
+        #expect(announcement.latest == 46)
+        #expect(announcement.events == events, "the same events, names with tabs, quotes and newlines included")
+        #expect(announcement.events?.map(\.encodedChange) == events.map { EventJSON.change($0.change) })
+    }
+
+    @Test func aBatchTooLargeForANotificationCarriesOnlyItsSeqs() throws {
+        let events = Self.events(after: 0, 64, name: String(repeating: "n", count: 200))
+        let payload = Self.payload(events, previous: 0)
+        #expect(payload == "0 64")
+        #expect(payload.utf8.count <= BatchAnnouncement.maxBytes)
+        let announcement = try #require(BatchAnnouncement(payload))
+        #expect(announcement.latest == 64)
+        #expect(announcement.events == nil, "the follower reads the log")
+    }
+
+    @Test func anOlderServersBareSeqIsADoorbell() throws {
+        let announcement = try #require(BatchAnnouncement("17"))
+        #expect(announcement.previous == nil)
+        #expect(announcement.latest == 17)
+        #expect(announcement.events == nil)
+    }
+
+    @Test func anythingElseIsNoAnnouncementOrNoEvents() throws {
+        #expect(BatchAnnouncement("") == nil)
+        #expect(BatchAnnouncement("seventeen") == nil)
+        #expect(BatchAnnouncement("1 2 3") == nil)
+        #expect(BatchAnnouncement("3 5\nnot\tan\tevent") == nil)
+        // Events that are not exactly the seqs after `previous`: the log is read instead.
+        let events = Self.events(after: 3, 2)
+        let missing = "3 6\n" + Self.payload(events, previous: 3).split(separator: "\n").dropFirst().joined(separator: "\n")
+        #expect(try #require(BatchAnnouncement(missing)).events == nil)
+    }
+}
