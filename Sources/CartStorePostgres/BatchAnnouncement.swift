@@ -11,10 +11,14 @@ import Foundation
 /// The form, text: a line `previous latest`, then a line per event, its fields separated by
 /// tabs: seq, cart id, version, committed at (ms), and the change's JSON last (ids have no
 /// tabs, and JSON written by `JSONBytes` no raw tab or newline).
+///
+/// Only the first line is read when the payload arrives: a follower that has the batch already
+/// (its own, delivered by the committer) or is not at `previous` decodes no event (`events()`).
 struct BatchAnnouncement {
     let previous: Int64?
     let latest: Int64
-    let events: [CartEvent]?
+    /// The event lines, undecoded.
+    private let body: Substring
 
     /// A notification's payload is at most 8 000 bytes; this leaves room.
     static let maxBytes = 7_900
@@ -30,40 +34,40 @@ struct BatchAnnouncement {
         return payload
     }
 
-    /// Reads a payload: this form, or a bare seq (an older server's doorbell). Nil for
-    /// anything else, which is a doorbell too.
+    /// Reads a payload's first line: this form, or a bare seq (an older server's doorbell).
+    /// Nil for anything else, which is a doorbell too.
     init?(_ payload: String) {
-        let lines = payload.split(separator: "\n", omittingEmptySubsequences: false)
-        let head = lines[0].split(separator: " ")
+        let newline = payload.firstIndex(of: "\n")
+        let head = payload[..<(newline ?? payload.endIndex)].split(separator: " ")
+        body = newline.map { payload[payload.index(after: $0)...] } ?? ""
         switch head.count {
         case 1:
             guard let latest = Int64(head[0]) else { return nil }
-            self.init(previous: nil, latest: latest, events: nil)
+            previous = nil
+            self.latest = latest
         case 2:
             guard let previous = Int64(head[0]), let latest = Int64(head[1]) else { return nil }
-            var events: [CartEvent] = []
-            for line in lines.dropFirst() {
-                let fields = line.split(separator: "\t", maxSplits: 4, omittingEmptySubsequences: false)
-                guard fields.count == 5, let seq = Int64(fields[0]), let version = Int64(fields[2]),
-                    let committedAt = Int64(fields[3]),
-                    let event = try? CartEvent.stored(
-                        seq: seq, cartID: String(fields[1]), change: String(fields[4]), version: version, committedAt: committedAt)
-                else { return nil }
-                events.append(event)
-            }
-            // Whole, or none: a batch's events are its seqs after `previous`, in order.
-            let whole =
-                Int64(events.count) == latest - previous
-                && events.enumerated().allSatisfy { $0.element.seq == previous + 1 + Int64($0.offset) }
-            self.init(previous: previous, latest: latest, events: whole ? events : nil)
+            self.previous = previous
+            self.latest = latest
         default:
             return nil
         }
     }
 
-    init(previous: Int64?, latest: Int64, events: [CartEvent]?) {
-        self.previous = previous
-        self.latest = latest
-        self.events = events
+    /// The batch's events, decoded now: nil unless the payload carries every one of them, the
+    /// seqs after `previous` in order, each well formed (else the log is read instead).
+    func events() -> [CartEvent]? {
+        guard let previous, latest > previous, !body.isEmpty else { return nil }
+        var events: [CartEvent] = []
+        for line in body.split(separator: "\n", omittingEmptySubsequences: false) {
+            let fields = line.split(separator: "\t", maxSplits: 4, omittingEmptySubsequences: false)
+            guard fields.count == 5, let seq = Int64(fields[0]), seq == previous + 1 + Int64(events.count),
+                let version = Int64(fields[2]), let committedAt = Int64(fields[3]),
+                let event = try? CartEvent.stored(
+                    seq: seq, cartID: String(fields[1]), change: String(fields[4]), version: version, committedAt: committedAt)
+            else { return nil }
+            events.append(event)
+        }
+        return Int64(events.count) == latest - previous ? events : nil
     }
 }

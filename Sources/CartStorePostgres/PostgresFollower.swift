@@ -121,12 +121,19 @@ actor PostgresFollower {
         // before it may be undelivered (and its notification skipped meanwhile).
         let last = events.last?.seq ?? previous
         guard last > delivered else { return }
-        guard !events.isEmpty, previous == delivered, !catchingUp else { return await catchUpQuietly() }
+        if events.isEmpty || !deliverIfNext(events, following: previous) { await catchUpQuietly() }
+    }
+
+    /// Delivers `events`, the seqs after `previous`, when they are exactly the next ones and no
+    /// catch-up is reading (its read may hold them too); returns whether it did.
+    private func deliverIfNext(_ events: [CartEvent], following previous: Int64) -> Bool {
+        guard previous == delivered, !catchingUp, let last = events.last?.seq else { return false }
         let sink = self.sink.withLockedValue { $0 }
         for event in events {
             sink?.deliver(event)
         }
         delivered = last
+        return true
     }
 
     /// The last seq of the batch this server is committing, from just before its COMMIT until
@@ -153,12 +160,11 @@ actor PostgresFollower {
     /// is delivered already or is this server's own batch.
     func heard(_ payload: String) async {
         guard let announcement = BatchAnnouncement(payload) else { return await catchUpQuietly() }
-        if let events = announcement.events, announcement.previous == delivered, !catchingUp {
-            let sink = self.sink.withLockedValue { $0 }
-            for event in events {
-                sink?.deliver(event)
-            }
-            delivered = announcement.latest
+        // Decoded only when they would be delivered: not this server's own batch, delivered
+        // already, nor one that does not follow what was delivered.
+        if announcement.latest > delivered, announcement.previous == delivered, !catchingUp,
+            let events = announcement.events(), deliverIfNext(events, following: delivered)
+        {
             return
         }
         await catchUpQuietly(announced: announcement.latest)
