@@ -43,14 +43,16 @@ run() {
     local urls=() servers=()
     while [ "$1" != "--" ]; do urls+=("$1"); shift; done; shift
     servers=("$@")
-    local before cpu0 cpu1 each=$((connections / ${#urls[@]})) i=0
+    local before cpu0 cpu1 each=$((connections / ${#urls[@]})) i=0 wrks=()
     before=$(eval "$lastseq")
     cpu0=$(cpu_seconds "${servers[@]}")
     for url in "${urls[@]}"; do
         wrk -t 1 -c "$each" -d "${SECONDS_EACH}s" --timeout 10s -s benchmarks/writes.lua "$url" | tail -n 1 >"$TMP/wrk.$i" &
+        wrks+=("$!")
         i=$((i + 1))
     done
-    wait_wrk
+    # These wrk runs, not the servers (background jobs too) nor any other wrk on the machine.
+    wait "${wrks[@]}"
     cpu1=$(cpu_seconds "${servers[@]}")
     sleep 0.5
     local after
@@ -68,7 +70,6 @@ print("%-36s%6d%12.0f%10.0f%9.1f%9.1f%8d%8s" % (label, connections, acknowledged
 ' "$label" "$connections" "$before" "$after" "$(python3 -c "print($cpu1 - $cpu0)")"
     rm -f "$TMP"/wrk.*
 }
-wait_wrk() { while pgrep -x wrk >/dev/null; do sleep 0.2; done; }
 
 printf '%-36s%6s%12s%10s%9s%9s%8s%8s\n' "one item to a random cart of 1 000" "conns" "writes/s" "µs CPU/w" "p50 ms" "p99 ms" "errors" "log"
 start_server sqlite "$TMP/fanout.sqlite"
