@@ -5,7 +5,8 @@
 # Environment: RUNS (rounds of every measurement, default 3), SCRATCH (build folder, default
 # .build-release), RUN_TIMEOUT (seconds one measurement may take, default 300), BUILD_TIMEOUT
 # (default 3600), TOKENS=1 (fanout's subscribers hold a signed token naming the carts written,
-# the writers the operator's token: the per-event cost of a token's cart filter).
+# the writers the operator's token: the per-event cost of a token's cart filter), CROWD=1 (only
+# the crowd run: 19 000 WebSocket subscribers, 50 writes at 5 a second; about 3 minutes a round).
 set -euo pipefail
 # The benchmark executables exist only with this set (Package.swift).
 export FANOUT_BENCHMARKS=1
@@ -136,7 +137,7 @@ source benchmarks/lib.sh
 start_fanout() {
     local dir=$TMP/$1 line="" i
     mkdir -p "$dir"
-    "$SERVER" --port 0 --db "$dir/fanout.sqlite" --ring-size 4096 --max-subscribers 20000 \
+    "$SERVER" --port 0 --db "$dir/fanout.sqlite" --ring-size 4096 --max-subscribers 19800 \
         --log-level warning "${TOKEN_FLAGS[@]}" >"$dir/stdout" 2>"$dir/stderr" &
     SERVER_PID=$!
     STOP_PID=$SERVER_PID
@@ -277,11 +278,12 @@ if [ "${TOKENS:-}" = 1 ]; then
 fi
 failures=0
 
-# measure RUN PEER TRANSPORT SUBSCRIBERS EVENTS [WRITERS]   (in round $ROUND)
+# measure RUN PEER TRANSPORT SUBSCRIBERS EVENTS [WRITERS [RATE]]   (in round $ROUND)
 measure() {
-    local run=$1 peer=$2 transport=$3 subscribers=$4 events=$5 writers=${6:-} bench rc out
+    local run=$1 peer=$2 transport=$3 subscribers=$4 events=$5 writers=${6:-} rate=${7:-} bench rc out
     local args=(--subscribers "$subscribers" --events "$events" --peer "$peer" --transport "$transport")
     [ -z "$writers" ] || args+=(--writers "$writers")
+    [ -z "$rate" ] || args+=(--rate "$rate")
     local name=$run.$peer.$ROUND
     "start_$peer" "$name"
     args+=(--url "$URL" --server-pid "$SERVER_PID")
@@ -325,6 +327,12 @@ load_before=$(cut -d ' ' -f 1-3 /proc/loadavg)
 # RUNS rounds; in each, every measurement once, the peers one after the other, so that all
 # see the same machine and the ratios of one round compare like with like.
 for ROUND in $(seq "$RUNS"); do
+    if [ "${CROWD:-}" = 1 ]; then
+        # As many subscribers as one process may hold here (20 000 open files), one write every
+        # 200 ms: what one event to all of them takes, and what they cost in memory.
+        for peer in fanout nchan nats; do measure crowd "$peer" websocket 19000 50 1 5; done
+        continue
+    fi
     # Each size for both transports: WebSocket subscribers (run names without suffix), then
     # Server-Sent Events ones (-sse), against nchan's EventSource; NATS has no event stream.
     for transport in websocket sse; do
@@ -340,7 +348,7 @@ for ROUND in $(seq "$RUNS"); do
     # costs (cartstore-bench: sequential mutations, durability .full, no observers).
     measure mutations fanout websocket 0 10000 4
     log "round $ROUND/$RUNS, store: cartstore-bench mutations"
-    if store_cpu=$(timeout "$RUN_TIMEOUT" "$STORE_BENCH" mutations | awk '/^file, durability .full +0 / { print $NF }') && [ -n "$store_cpu" ]; then
+    if store_cpu=$(timeout "$RUN_TIMEOUT" "$STORE_BENCH" mutations | awk '/^file, durability .full +none / { print $NF }') && [ -n "$store_cpu" ]; then
         echo "{\"peer\":\"fanout\",\"storeCpuMicrosPerMutation\":$store_cpu}" >"$RESULTS/store.fanout.$ROUND.json"
     else
         failures=$((failures + 1))
@@ -367,7 +375,7 @@ for name in sorted(os.listdir(sys.argv[1])):
         print(json.dumps({"run": run, "round": int(rnd), "commit": sys.argv[2], **result}, separators=(",", ":")))
 PY
 {
-    echo "fanout-server vs nchan and NATS, $(date -u '+%Y-%m-%d %H:%M UTC'), $RUNS round(s), measurements took ${elapsed} s${TOKENS:+ (TOKENS=$TOKENS: fanout subscribers with signed tokens)}"
+    echo "fanout-server vs nchan and NATS, $(date -u '+%Y-%m-%d %H:%M UTC'), $RUNS round(s), measurements took ${elapsed} s${TOKENS:+ (TOKENS=$TOKENS: fanout subscribers with signed tokens)}${CROWD:+ (CROWD=1: the crowd run only)}"
     echo "machine: $(nproc) cores, $(grep -m 1 'model name' /proc/cpuinfo | sed 's/.*: //'), Linux $(uname -r)," \
         "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), load average $load_before before, $(cut -d ' ' -f 1-3 /proc/loadavg) after"
     echo "versions: $("$NGINX" -v 2>&1 | sed 's/.*: //'), nchan $(dpkg-query -W -f '${Version}' libnginx-mod-nchan 2>/dev/null || echo '?')," \
@@ -375,8 +383,12 @@ PY
     echo "raw results: $lines"
     echo
     python3 benchmarks/report.py "$lines"
-} | tee benchmarks/results/latest.txt
-python3 benchmarks/chart.py "$lines" benchmarks/results/chart.svg
-log "summary written to benchmarks/results/latest.txt, chart to benchmarks/results/chart.svg"
+} | tee "benchmarks/results/latest${CROWD:+-crowd}.txt"
+if [ "${CROWD:-}" = 1 ]; then
+    log "summary written to benchmarks/results/latest-crowd.txt"
+else
+    python3 benchmarks/chart.py "$lines" benchmarks/results/chart.svg
+    log "summary written to benchmarks/results/latest.txt, chart to benchmarks/results/chart.svg"
+fi
 
 [ "$failures" -eq 0 ] || die "$failures run(s) failed"

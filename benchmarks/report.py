@@ -71,7 +71,7 @@ PEERS = ("fanout", "nchan", "nats")
 # but missing (a failed run) shows "-".
 RUNS = {f"{size}{suffix}": PEERS if suffix == "" else ("fanout", "nchan")
         for suffix in ("", "-sse") for size in ("small", "large", "idle")}
-RUNS.update({"saturation": PEERS, "mutations": ("fanout",), "store": ("fanout",)})
+RUNS.update({"crowd": PEERS, "saturation": PEERS, "mutations": ("fanout",), "store": ("fanout",)})
 
 
 def header(title):
@@ -129,10 +129,30 @@ def idle(results, run, title):
 
 
 
+def crowd(results):
+    header("Crowd: 19 000 subscribers, 50 writes at 5/s")
+    for label, figure, decimals in [
+        ("subscribers connected", ("connected",), 0),
+        ("RSS per subscriber (KiB)", rss_per_subscriber, 1),
+        ("one event to all: latency p50 (ms)", ("latencyMs", "p50"), 1),
+        ("one event to all: latency p99 (ms)", ("latencyMs", "p99"), 1),
+        ("one event to all: latency max (ms)", ("latencyMs", "max"), 1),
+        ("lost + duplicated", lambda r: r.get("lost", 0) + r.get("duplicated", 0), 0),
+        ("server CPU per delivery (µs)", ("serverCpuMicrosPerDelivery",), 2),
+        ("bench CPU per delivery (µs)", ("clientCpuMicrosPerDelivery",), 2),
+    ]:
+        row(results, "crowd", label, figure, decimals)
+    print()
+
+
 def main(path):
     results = load(path)
     rounds = max((len(v) for v in results.values()), default=0)
     print(f"medians of {rounds} round(s); in brackets, the lowest and highest per-round ratio\n")
+    if any(run == "crowd" for run, _ in results):
+        crowd(results)
+        if all(run == "crowd" for run, _ in results):
+            return
     for suffix, name in (("", "WebSocket"), ("-sse", "Server-Sent Events")):
         loaded(results, f"small{suffix}", f"{name}: 100 subscribers × 2 000 events")
         loaded(results, f"large{suffix}", f"{name}: 1 000 subscribers × 500 events")
@@ -148,7 +168,7 @@ def main(path):
     row(results, "mutations", "writes/s", ("mutationsPerSecond",), 0)
     row(results, "mutations", "server CPU per mutation (µs)", cpu_per_mutation, 1)
     row(results, "store", "CartStore alone, CPU per mutation (µs)", ("storeCpuMicrosPerMutation",), 1)
-    missing = [f"{run}.{peer}" for run in RUNS for peer in measured(results, run) if not results.get((run, peer))]
+    missing = [f"{run}.{peer}" for run in RUNS if run != "crowd" for peer in measured(results, run) if not results.get((run, peer))]
     if missing:
         print(f"\nmissing runs (shown as -): {', '.join(missing)}")
 

@@ -121,18 +121,23 @@ struct ProcessMeter: Sendable {
         return total
     }
 
-    /// VmRSS of all pids, in KiB.
+    /// VmRSS of all pids together, in KiB.
     func rssKiB() -> Int? {
+        rssKiBEach().map { $0.reduce(0, +) }
+    }
+
+    /// VmRSS of each pid, in KiB, in the order of `pids`.
+    func rssKiBEach() -> [Int]? {
         guard !pids.isEmpty else { return nil }
-        var total = 0
+        var each: [Int] = []
         for pid in pids {
             guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
                 let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
                 let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
             else { return nil }
-            total += kib
+            each.append(kib)
         }
-        return total
+        return each
     }
 }
 
@@ -169,6 +174,8 @@ struct BenchReport: Encodable {
     var clientCpuMicrosPerDelivery: Double?
     var serverRssKiB: Int?
     var serverRssBeforeKiB: Int?
+    /// With several servers: each one's VmRSS at the end, in the order of `--server-pid`.
+    var serverRssKiBEach: [Int]?
 
     init(peer: String, transport: String, subscribers: Int, connected: Int, events: Int, writers: Int, rssBefore: Int?, rss: Int?) {
         self.peer = peer

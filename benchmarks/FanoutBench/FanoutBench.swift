@@ -27,6 +27,9 @@ struct FanoutBench: AsyncParsableCommand {
               fanout-bench --peer nchan --url http://127.0.0.1:9090 --subscribers 1000 --events 500
               fanout-bench --peer nats --url http://127.0.0.1:8443 --nats-url nats://127.0.0.1:4222 --subscribers 100
               fanout-bench --subscribers 9000 --events 0 --server-pid 4242   # idle memory
+              # subscribers over several processes: listeners first, then the one that writes
+              fanout-bench --subscribers 15000 --events 0 --ready-file r1 --writes-file w > l1.json
+              fanout-bench --subscribers 15000 --events 50 --rate 5 --writes-file w --await-file l1.json
             """)
 
     enum Peer: String, ExpressibleByArgument, CaseIterable, Sendable {
@@ -81,6 +84,25 @@ struct FanoutBench: AsyncParsableCommand {
     @Option(help: "How the subscribers receive: websocket, or sse (Server-Sent Events; for nchan, its EventSource; not for NATS).")
     var transport: Transport = .websocket
 
+    @Option(help: "A file to write once the subscribers are connected (their count), for a script that starts several bench processes.")
+    var readyFile: String?
+
+    @Option(
+        help: """
+            Where the writes are shared between bench processes: with --events > 0 this process saves its acknowledged writes \
+            there; with --events 0 it waits for that file and measures its subscribers' receipts of those writes.
+            """)
+    var writesFile: String?
+
+    @Option(
+        help:
+            "With --events > 0: after its own deliveries, wait until this file exists (a listening process's result; repeatable) before measuring the servers' CPU."
+    )
+    var awaitFile: [String] = []
+
+    @Option(help: "With --events 0 and --writes-file: seconds to wait for the writes file.")
+    var listenTimeout: Double = 900
+
     enum Transport: String, ExpressibleByArgument, CaseIterable, Sendable {
         case websocket, sse
     }
@@ -113,12 +135,32 @@ struct FanoutBench: AsyncParsableCommand {
         let fleet = SubscriberFleet(target: target, threads: receiveThreads ?? SubscriberFleet.defaultThreads)
         try await fleet.connect(count: subscribers)
 
+        if let readyFile {
+            try Data("\(fleet.connectedCount)\n".utf8).write(to: URL(fileURLWithPath: readyFile), options: .atomic)
+        }
+        var report = BenchReport(
+            peer: peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: events,
+            writers: writers, rssBefore: rssBefore, rss: nil)
+
         guard events > 0 else {
-            try await Task.sleep(for: .seconds(1))  // let the server settle its buffers
-            let report = BenchReport(
-                peer: peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: 0,
-                writers: writers,
-                rssBefore: rssBefore, rss: server.rssKiB())
+            guard let writesFile else {
+                try await Task.sleep(for: .seconds(1))  // let the server settle its buffers
+                report.serverRssKiB = server.rssKiB()
+                print(report.json())
+                Foundation.exit(0)
+            }
+            // A listener: another process writes; its writes arrive through the file.
+            guard let writes = try await SharedWrites.wait(for: writesFile, timeout: .seconds(listenTimeout)) else {
+                throw BenchFailure("no writes in \(writesFile) within \(listenTimeout) s")
+            }
+            await fleet.waitForDeliveries(of: Set(writes.map(\.seq)), timeout: .seconds(drainTimeout))
+            report.serverRssKiB = server.rssKiB()
+            let sent = writes.map(\.sentAt)
+            let clock = ContinuousClock()
+            report.record(
+                writes: writes, receipts: await fleet.receipts(), start: sent.min() ?? clock.now, writesDone: sent.max() ?? clock.now,
+                clock: clock)
+            report.events = writes.count
             print(report.json())
             Foundation.exit(0)
         }
@@ -131,15 +173,16 @@ struct FanoutBench: AsyncParsableCommand {
         let start = clock.now
         let writes = try await openWriters.perform(events, rate: rate, clock: clock)
         let writesDone = clock.now
+        if let writesFile { try SharedWrites.save(writes, to: writesFile) }
         let acknowledged = Set(writes.map(\.seq))
         await fleet.waitForDeliveries(of: acknowledged, timeout: .seconds(drainTimeout))
-        let cpuAfter = server.cpuSeconds()
         let benchCpuAfter = bench.cpuSeconds()
-
-        var report = BenchReport(
-            peer: peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: events,
-            writers: writers,
-            rssBefore: rssBefore, rss: server.rssKiB())
+        if !(await SharedWrites.awaitFiles(awaitFile, timeout: .seconds(drainTimeout))) {
+            throw BenchFailure("the listeners' results \(awaitFile) did not all appear within \(drainTimeout) s")
+        }
+        let cpuAfter = server.cpuSeconds()
+        report.serverRssKiB = server.rssKiB()
+        if serverPIDs.count > 1 { report.serverRssKiBEach = server.rssKiBEach() }
         report.record(writes: writes, receipts: await fleet.receipts(), start: start, writesDone: writesDone, clock: clock)
         if let cpuBefore, let cpuAfter {
             report.serverCpuSeconds = cpuAfter - cpuBefore
