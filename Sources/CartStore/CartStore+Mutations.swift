@@ -27,28 +27,9 @@ extension CartStore {
         cartID: String, sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil,
         expectedVersion: Int64? = nil
     ) async throws -> CartCommit {
-        try CartLimits.checkSKU(sku)
-        try CartLimits.checkQuantity(quantity)
-        try CartLimits.checkPrice(unitPriceCents)
-        try CartLimits.checkName(name)
-        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: false) { cart in
-            if let line = cart.items.first(where: { $0.sku == sku }) {
-                let total = line.quantity + quantity
-                guard total <= CartLimits.quantityRange.upperBound else {
-                    throw CartStoreError(
-                        .quantityOverflow,
-                        "cart \(cartID) has \(line.quantity) of \(sku); adding \(quantity) would exceed \(CartLimits.quantityRange.upperBound)"
-                    )
-                }
-                let item = CartItem(sku: sku, quantity: total, unitPriceCents: unitPriceCents, name: name)
-                return .itemAdded(item: item, addedQuantity: quantity)
-            }
-            guard cart.items.count < CartLimits.maxItemsPerCart else {
-                throw CartStoreError(.tooManyItems, "cart \(cartID) already has \(CartLimits.maxItemsPerCart) lines")
-            }
-            let item = CartItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name)
-            return .itemAdded(item: item, addedQuantity: quantity)
-        }
+        try await commit(
+            .addItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name), to: cartID, expectedVersion: expectedVersion
+        )
     }
 
     /// Sets the quantity of an existing line; 0 removes the line.
@@ -56,33 +37,29 @@ extension CartStore {
     public func setQuantity(
         cartID: String, sku: String, quantity: Int, expectedVersion: Int64? = nil
     ) async throws -> CartCommit {
-        try CartLimits.checkSKU(sku)
-        try CartLimits.checkQuantity(quantity, allowZero: true)
-        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: true) { cart in
-            try Self.requireLine(sku, in: cart)
-            return quantity == 0 ? .itemRemoved(sku: sku) : .quantityChanged(sku: sku, quantity: quantity)
-        }
+        try await commit(.setQuantity(sku: sku, quantity: quantity), to: cartID, expectedVersion: expectedVersion)
     }
 
     /// Removes a line from the cart.
     @discardableResult
     public func removeItem(cartID: String, sku: String, expectedVersion: Int64? = nil) async throws -> CartCommit {
-        try CartLimits.checkSKU(sku)
-        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: true) { cart in
-            try Self.requireLine(sku, in: cart)
-            return .itemRemoved(sku: sku)
-        }
+        try await commit(.removeItem(sku: sku), to: cartID, expectedVersion: expectedVersion)
     }
 
     /// Removes every line of the cart. The cart itself, and its version, remain.
     @discardableResult
     public func clearCart(cartID: String, expectedVersion: Int64? = nil) async throws -> CartCommit {
-        try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: true) { _ in .cartCleared }
+        try await commit(.clear, to: cartID, expectedVersion: expectedVersion)
     }
 
-    private static func requireLine(_ sku: String, in cart: Cart) throws {
-        guard cart.items.contains(where: { $0.sku == sku }) else {
-            throw CartStoreError(.itemNotFound, "cart \(cart.id) has no item \(sku)")
+    /// Commits `write` to the cart: its values checked, then its change decided on the cart as
+    /// committed (`CartWrite.change(to:)`, the rules a `RemoteCartStore` predicts its pending
+    /// writes with).
+    @discardableResult
+    public func commit(_ write: CartWrite, to cartID: String, expectedVersion: Int64? = nil) async throws -> CartCommit {
+        try write.check()
+        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: write.needsExistingCart) { cart in
+            try write.change(to: cart)
         }
     }
 

@@ -38,47 +38,71 @@ public struct CartServerAPI: Sendable {
     ///   - name: the line's display name.
     ///   - cartID: the cart.
     ///   - expectedVersion: the version the cart must be at (0: must not exist yet).
+    ///   - idempotencyKey: sent as `Idempotency-Key`: the server applies a write once per key,
+    ///     and answers a repeat with the first answer (a retry after a lost answer is safe).
     public func addItem(
-        _ sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil, to cartID: String, expectedVersion: Int64? = nil
+        _ sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil, to cartID: String, expectedVersion: Int64? = nil,
+        idempotencyKey: String? = nil
     ) async throws -> WriteResult {
-        try Self.check { () throws(FanoutError) in
-            try CartLimits.checkSKU(sku)
-            try CartLimits.checkQuantity(quantity)
-            try CartLimits.checkPrice(unitPriceCents)
-            try CartLimits.checkName(name)
-        }
-        let body = AddItemRequest(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name)
-        return try await send(
-            "POST", "/carts/\(try Self.segment(cartID))/items", body: body, expectedVersion: expectedVersion, as: WriteResult.self)
+        try await write(
+            .addItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name), to: cartID,
+            expectedVersion: expectedVersion, idempotencyKey: idempotencyKey)
     }
 
     /// Sets the quantity of a line (0 removes it).
-    public func setQuantity(of sku: String, to quantity: Int, in cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult
-    {
-        try Self.check { () throws(FanoutError) in try CartLimits.checkQuantity(quantity, allowZero: true) }
-        return try await send(
-            "PATCH", "/carts/\(try Self.segment(cartID))/items/\(try Self.segment(sku, isSKU: true))",
-            body: SetQuantityRequest(quantity: quantity), expectedVersion: expectedVersion, as: WriteResult.self)
+    public func setQuantity(
+        of sku: String, to quantity: Int, in cartID: String, expectedVersion: Int64? = nil, idempotencyKey: String? = nil
+    ) async throws -> WriteResult {
+        try await write(
+            .setQuantity(sku: sku, quantity: quantity), to: cartID, expectedVersion: expectedVersion, idempotencyKey: idempotencyKey)
     }
 
     /// Removes a line.
-    public func removeItem(_ sku: String, from cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult {
-        try await send(
-            "DELETE", "/carts/\(try Self.segment(cartID))/items/\(try Self.segment(sku, isSKU: true))", expectedVersion: expectedVersion,
-            as: WriteResult.self)
+    public func removeItem(
+        _ sku: String, from cartID: String, expectedVersion: Int64? = nil, idempotencyKey: String? = nil
+    ) async throws -> WriteResult {
+        try await write(.removeItem(sku: sku), to: cartID, expectedVersion: expectedVersion, idempotencyKey: idempotencyKey)
     }
 
     /// Empties a cart.
-    public func clear(_ cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult {
-        try await send("DELETE", "/carts/\(try Self.segment(cartID))", expectedVersion: expectedVersion, as: WriteResult.self)
+    public func clear(_ cartID: String, expectedVersion: Int64? = nil, idempotencyKey: String? = nil) async throws -> WriteResult {
+        try await write(.clear, to: cartID, expectedVersion: expectedVersion, idempotencyKey: idempotencyKey)
+    }
+
+    /// Sends one write: its values are checked against `CartLimits` first (`.invalid`, unsent).
+    ///
+    /// - Parameters:
+    ///   - expectedVersion: sent as `If-Match`.
+    ///   - idempotencyKey: sent as `Idempotency-Key`.
+    public func write(
+        _ write: CartWrite, to cartID: String, expectedVersion: Int64? = nil, idempotencyKey: String? = nil
+    ) async throws -> WriteResult {
+        try Self.check { () throws(FanoutError) in try write.check() }
+        let cart = try Self.segment(cartID)
+        let (method, path, body): (String, String, (any Encodable)?) =
+            switch write {
+            case .addItem(let sku, let quantity, let unitPriceCents, let name):
+                ("POST", "/carts/\(cart)/items", AddItemRequest(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name))
+            case .setQuantity(let sku, let quantity):
+                ("PATCH", "/carts/\(cart)/items/\(try Self.segment(sku, isSKU: true))", SetQuantityRequest(quantity: quantity))
+            case .removeItem(let sku):
+                ("DELETE", "/carts/\(cart)/items/\(try Self.segment(sku, isSKU: true))", nil)
+            case .clear:
+                ("DELETE", "/carts/\(cart)", nil)
+            }
+        return try await send(
+            method, path, body: body, expectedVersion: expectedVersion, idempotencyKey: idempotencyKey, as: WriteResult.self)
     }
 
     /// Sends a request and decodes the answer of a 2xx.
     ///
-    /// - Parameter expectedVersion: sent as `If-Match`.
+    /// - Parameters:
+    ///   - expectedVersion: sent as `If-Match`.
+    ///   - idempotencyKey: sent as `Idempotency-Key`.
     /// - Throws: `RemoteStoreError`.
     func send<Answer: Decodable>(
-        _ method: String, _ path: String, body: (any Encodable)? = nil, expectedVersion: Int64? = nil, as answer: Answer.Type
+        _ method: String, _ path: String, body: (any Encodable)? = nil, expectedVersion: Int64? = nil, idempotencyKey: String? = nil,
+        as answer: Answer.Type
     ) async throws -> Answer {
         guard let url = URL(string: path, relativeTo: baseURL)?.absoluteURL else {
             throw RemoteStoreError.unexpectedAnswer("cannot build a URL from \(baseURL) and \(path)")
@@ -86,6 +110,7 @@ public struct CartServerAPI: Sendable {
         var headers: [(String, String)] = [("Accept", "application/json")]
         if let token = try await credentials.token() { headers.append(("Authorization", "Bearer \(token)")) }
         if let expectedVersion { headers.append(("If-Match", "\(expectedVersion)")) }
+        if let idempotencyKey { headers.append(("Idempotency-Key", idempotencyKey)) }
         var bytes: [UInt8]?
         if let body {
             bytes = Array(try FanoutJSON.encoder().encode(body))

@@ -29,6 +29,14 @@ public final class ObservedCarts: MainActorCartObserver {
     /// Why the carts were last replaced by a snapshot instead of receiving the events they
     /// missed; nil if they never were.
     public private(set) var lastResync: ResyncReason?
+    /// The store's writes to its carts that the server has not confirmed, by cart (a cart
+    /// without any is absent). `carts` shows them applied.
+    public private(set) var pending: [String: [PendingWrite]] = [:]
+    /// The last write of its carts the server refused (rolled back), and why.
+    public private(set) var lastRejection: (write: PendingWrite, error: RemoteStoreError)?
+
+    /// Whether one of its carts has writes the server has not confirmed.
+    public var hasPendingWrites: Bool { !pending.isEmpty }
 
     /// Follows `carts` of `store` (a `RemoteCartStore` or a `CartStore`) from now on.
     public init(_ store: some CartSource, carts: CartSelection = .all) {
@@ -51,6 +59,21 @@ public final class ObservedCarts: MainActorCartObserver {
     }
 
     public func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {
+        // With pending writes, what to show comes next (`didChangePending`).
+        guard pending[cart.id] == nil else { return }
+        show(cart)
+    }
+
+    public func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart) {
+        self.pending[cart.id] = pending.isEmpty ? nil : pending
+        show(cart)
+    }
+
+    public func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError) {
+        lastRejection = (write, error)
+    }
+
+    private func show(_ cart: Cart) {
         if let index = carts.firstIndex(where: { $0.id == cart.id }) {
             carts[index] = cart
         } else {

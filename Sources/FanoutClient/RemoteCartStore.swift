@@ -37,6 +37,8 @@ public final class RemoteCartStore: CartSource {
     package let replica = Replica()
     private let subscription: FanoutSubscription
     private let reconsider: AsyncStream<Void>.Continuation
+    /// Wakes the task that sends pending writes (at most one wake-up waits).
+    private let sendPending: AsyncStream<Void>.Continuation
     private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
 
     /// - Parameters:
@@ -54,6 +56,8 @@ public final class RemoteCartStore: CartSource {
         // At most one change waits: the loop reads every observer's interest when it wakes.
         let (changes, reconsider) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         self.reconsider = reconsider
+        let (wakeUps, sendPending) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        self.sendPending = sendPending
         let observers = Observers(replica: replica, interestChanged: { reconsider.yield() })
         self.observers = observers
         replica.store.withLockedValue { $0 = WeakStore(store: self) }
@@ -66,13 +70,18 @@ public final class RemoteCartStore: CartSource {
                 reconsider: changes,
                 handle: { update in try replica.take(update, observers: observers) })
         }
+        let send = Task<Void, Never> {
+            for await _ in wakeUps {
+                await Self.sendPendingWrites(replica: replica, api: api, observers: observers)
+            }
+        }
         let sweep = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: releaseCheckInterval)
                 if replica.needsReplanning(observers) { _ = reconsider.yield() }
             }
         }
-        tasks.withLockedValue { $0 = [run, sweep] }
+        tasks.withLockedValue { $0 = [run, sweep, send] }
     }
 
     /// Released, the store stops as `close()` does, without telling its observers: a store
@@ -81,6 +90,7 @@ public final class RemoteCartStore: CartSource {
     deinit {
         for task in tasks.withLockedValue({ $0 }) { task.cancel() }
         reconsider.finish()
+        sendPending.finish()
     }
 
     /// Closes the store: every observer is told `ConnectionState.closed` (on its queue, its last
@@ -92,6 +102,7 @@ public final class RemoteCartStore: CartSource {
         let tasks = self.tasks.withLockedValue { $0 }
         for task in tasks { task.cancel() }
         reconsider.finish()
+        sendPending.finish()
         for task in tasks { await task.value }
     }
 
@@ -116,6 +127,121 @@ public final class RemoteCartStore: CartSource {
     /// The connection, now.
     public var connectionState: ConnectionState {
         replica.read(\.connection)
+    }
+}
+
+extension RemoteCartStore {
+    /// The most writes the store holds unconfirmed: one more throws
+    /// `RemoteStoreError.tooManyPendingWrites`.
+    public static let maxPendingWrites = 1_000
+    /// How many ended writes the store remembers the outcome of (`outcome(of:)`).
+    public static let rememberedOutcomes = 1_000
+
+    /// Adds `quantity` of `sku` to the cart, at once: observers of the cart are told it pending
+    /// (`didChangePending`) before this returns, and it is sent in order with the store's other
+    /// writes, retried across failures with the same idempotency key until the server answers
+    /// (so applied once), and confirmed when its event is applied, or rolled back (`didReject`)
+    /// if the server refuses it. See `outcome(of:)`.
+    ///
+    /// - Parameter expectedVersion: the version the cart must be at on the server (0: must not
+    ///   exist yet); a write made offline against an old version is refused (`version_conflict`).
+    /// - Throws: `RemoteStoreError.invalid` for values the server would refuse (not taken),
+    ///   `.tooManyPendingWrites` when `maxPendingWrites` wait already.
+    @discardableResult
+    public func addItem(
+        _ sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil, to cartID: String, expectedVersion: Int64? = nil
+    ) throws(RemoteStoreError) -> PendingWrite {
+        try write(
+            .addItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name), to: cartID, expectedVersion: expectedVersion
+        )
+    }
+
+    /// Sets the quantity of a line (0 removes it), as `addItem` does: shown at once, sent, confirmed.
+    @discardableResult
+    public func setQuantity(of sku: String, to quantity: Int, in cartID: String, expectedVersion: Int64? = nil) throws(RemoteStoreError)
+        -> PendingWrite
+    {
+        try write(.setQuantity(sku: sku, quantity: quantity), to: cartID, expectedVersion: expectedVersion)
+    }
+
+    /// Removes a line, as `addItem` does: shown at once, sent, confirmed.
+    @discardableResult
+    public func removeItem(_ sku: String, from cartID: String, expectedVersion: Int64? = nil) throws(RemoteStoreError) -> PendingWrite {
+        try write(.removeItem(sku: sku), to: cartID, expectedVersion: expectedVersion)
+    }
+
+    /// Empties a cart, as `addItem` does: shown at once, sent, confirmed.
+    @discardableResult
+    public func clear(_ cartID: String, expectedVersion: Int64? = nil) throws(RemoteStoreError) -> PendingWrite {
+        try write(.clear, to: cartID, expectedVersion: expectedVersion)
+    }
+
+    /// Makes `write` to the cart: shown at once as pending, then sent (see `addItem`).
+    @discardableResult
+    public func write(_ write: CartWrite, to cartID: String, expectedVersion: Int64? = nil) throws(RemoteStoreError) -> PendingWrite {
+        try CartServerAPI.check { () throws(FanoutError) in
+            try write.check()
+            try CartLimits.checkCartID(cartID)
+        }
+        let pending = PendingWrite(
+            id: UUID().uuidString, cartID: cartID, write: write, expectedVersion: expectedVersion, madeAt: Date())
+        try replica.addPending(pending, observers: observers)
+        sendPending.yield()
+        return pending
+    }
+
+    /// The writes the server has not confirmed yet, in the order they were made.
+    public var pendingWrites: [PendingWrite] {
+        replica.read { $0.pending.entries.map(\.write) }
+    }
+
+    /// Waits for what becomes of `write`: confirmed (with its event's seq, once the replica
+    /// shows it, or at once for a cart no observer follows), or rejected; `unknown` for a write
+    /// this store does not remember, or when it closes first.
+    public func outcome(of write: PendingWrite) async -> WriteOutcome {
+        await replica.outcome(of: write.id)
+    }
+
+    /// Waits until the replica has applied every event up to `seq` (read your writes: the seq
+    /// of a write's outcome, or of `server`'s answer). Returns at once if it has, and when the
+    /// store closes. It advances only while some observer follows carts.
+    public func applied(through seq: Int64) async {
+        await replica.applied(through: seq)
+    }
+
+    /// Sends the pending writes in order until none is left to send: a failure that retrying
+    /// may cure (no connection, a server error or overload, an expired token) waits with
+    /// backoff and sends the same write again, with the same key; a refusal ends it.
+    private static func sendPendingWrites(replica: Replica, api: CartServerAPI, observers: Observers) async {
+        var failures = 0
+        while !Task.isCancelled, let write = replica.nextPendingWrite {
+            do {
+                let answer = try await api.write(
+                    write.write, to: write.cartID, expectedVersion: write.expectedVersion, idempotencyKey: write.id)
+                failures = 0
+                replica.answered(write.id, seq: answer.seq, observers: observers)
+            } catch let error as RemoteStoreError where !error.isWorthRetrying {
+                failures = 0
+                replica.rejected(write.id, because: error, observers: observers)
+            } catch {
+                failures += 1
+                try? await Task.sleep(for: FanoutSubscription.backoff(failures: failures))
+            }
+        }
+    }
+}
+
+extension RemoteStoreError {
+    /// Whether a write refused with this may succeed sent again as it is: no answer, a server
+    /// error, overload, or credentials a provider may renew (401). A refusal of the write
+    /// itself (a conflict, a rule, a cart the token may not write) may not.
+    var isWorthRetrying: Bool {
+        switch self {
+        case .unreachable, .unexpectedAnswer: true
+        case .refused(let status, let code, _, _, _):
+            status >= 500 || status == 401 || status == 408 || status == 429 || code?.isRetryable == true
+        case .invalid, .tooManyPendingWrites: false
+        }
     }
 }
 

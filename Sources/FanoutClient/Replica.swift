@@ -37,6 +37,10 @@ package final class Replica: @unchecked Sendable {
         var refusedCartsFoundAt: ContinuousClock.Instant?
         /// `RemoteCartStore.close()` was called: nothing more is applied or told.
         var closed = false
+        /// Writes made through the store that the server has not confirmed, in order.
+        var pending = PendingWrites()
+        /// Callers of `applied(through:)` waiting for the replica to reach a seq.
+        var seqWaiters: [(seq: Int64, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
     /// A cart the server refused, and when.
@@ -45,8 +49,8 @@ package final class Replica: @unchecked Sendable {
         let at: ContinuousClock.Instant
     }
 
-    private let lock = NSRecursiveLock()
-    private var state = State()
+    let lock = NSRecursiveLock()
+    var state = State()
     let store = NIOLockedValueBox(WeakStore())
 
     /// Named carts above this many are read with one `GET /carts` rather than one request each.
@@ -82,6 +86,7 @@ package final class Replica: @unchecked Sendable {
         interest.markLoaded()
         let carts = Self.carts(of: interest.selection, in: state.carts)
         set.notify(only: observer) { $0.cartSource(store, didLoad: carts) }
+        tellPending(to: observer, interest, in: set)
         return false
     }
 
@@ -110,7 +115,8 @@ package final class Replica: @unchecked Sendable {
         guard !read(\.closed) else { return nil }
         guard let allWanted = observers.wanted else {
             lock.withLock {
-                state = State(connection: state.connection)
+                // Nothing followed any more; the writes not yet confirmed, and who waits, stay.
+                state = State(connection: state.connection, pending: state.pending, seqWaiters: state.seqWaiters)
                 setConnection(.idle, observers: observers)
             }
             return nil
@@ -255,6 +261,8 @@ package final class Replica: @unchecked Sendable {
             }
         }
         greetWaiting(observers)
+        settleAllPending(observers: observers)
+        resumeSeqWaiters()
     }
 
     private func apply(_ event: CartEvent, observers: RemoteCartStore.Observers) throws {
@@ -263,6 +271,8 @@ package final class Replica: @unchecked Sendable {
         // Already applied (replayed after a resubscription, or its state was read over HTTP).
         guard event.version > cart.version else {
             state.seq = max(state.seq, event.seq)
+            settlePending(of: event.cartID, observers: observers)
+            resumeSeqWaiters()
             return
         }
         guard event.version == cart.version + 1 else {
@@ -276,12 +286,14 @@ package final class Replica: @unchecked Sendable {
         cart.apply(event)
         state.carts[event.cartID] = cart
         state.seq = max(state.seq, event.seq)
+        defer { resumeSeqWaiters() }
         guard let store = store.withLockedValue(\.store) else { return }
         let id = event.cartID
         let after = cart
         observers.registry.notify(where: { $0.isLoaded && $0.selection.contains(id) }) { observer, _ in
             observer.cartSource(store, didApply: event, to: after)
         }
+        settlePending(of: id, observers: observers)
     }
 
     /// Tells every observer that was not told the state yet, and whose carts the replica now
@@ -289,6 +301,10 @@ package final class Replica: @unchecked Sendable {
     private func greetWaiting(_ observers: RemoteCartStore.Observers) {
         guard state.loaded, let covered = state.covered, let store = store.withLockedValue(\.store) else { return }
         let carts = state.carts
+        let pending = Set(state.pending.entries.map(\.write.cartID)).sorted().map { cartID in
+            let writes = state.pending.of(cartID)
+            return (cartID: cartID, writes: writes, shown: (carts[cartID] ?? Cart(id: cartID)).applying(writes))
+        }
         observers.registry.notify(where: { interest in
             let served = self.served(interest.selection)
             guard !interest.isLoaded, covered.covers(served), served != .carts([]) || interest.selection == .carts([]) else {
@@ -298,6 +314,9 @@ package final class Replica: @unchecked Sendable {
             return true
         }) { observer, interest in
             observer.cartSource(store, didLoad: Self.carts(of: interest.selection, in: carts))
+            for (cartID, writes, shown) in pending where interest.selection.contains(cartID) {
+                observer.cartSource(store, didChangePending: writes, showing: shown)
+            }
         }
     }
 
@@ -307,6 +326,8 @@ package final class Replica: @unchecked Sendable {
             guard !state.closed else { return }
             setConnection(.closed, observers: observers)
             state.closed = true
+            state.pending.abandonWaiters()
+            resumeSeqWaiters()
         }
     }
 

@@ -36,6 +36,14 @@ final class BasketModel: MainActorCartObserver {
     func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState) {
         connection = state
     }
+
+    /// What each `didChangePending` said: the pending writes' ids and the cart's lines shown.
+    private(set) var pendingSeen: [(ids: [String], skus: [String])] = []
+
+    func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart) {
+        pendingSeen.append((pending.map(\.id), cart.items.map(\.sku)))
+        basket = cart
+    }
 }
 
 @Suite("One view model, either store", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
@@ -73,6 +81,24 @@ struct OneViewModelTests {
         #expect(localView.cart == remoteView.cart)
         #expect(onDevice.connection == .live)
         #expect(await until { fromServer.connection == .live })
+
+        // A write through the store shows at once, pending, and then as the server confirmed it.
+        let write = try remote.addItem("kiwi", quantity: 3, unitPriceCents: 10, to: "alice")
+        guard case .confirmed(let seq) = await remote.outcome(of: write) else {
+            Issue.record("the write was not confirmed")
+            return
+        }
+        await remote.applied(through: seq)
+        #expect(await until { !remoteView.hasPendingWrites && remoteView.cart?.version == 3 }, "then confirmed")
+        #expect(remoteView.cart?.items.map(\.sku) == ["apple", "pear", "kiwi"])
+        #expect(await until { fromServer.pendingSeen.count >= 2 })
+        let seen = fromServer.pendingSeen
+        #expect(seen.first?.ids == [write.id] && seen.first?.skus == ["apple", "pear", "kiwi"], "shown at once, pending")
+        #expect(seen.last?.ids == [] && fromServer.basket?.version == 3, "then as confirmed, nothing pending")
+        let refused = try remote.removeItem("durian", from: "alice")
+        #expect(await until { remoteView.lastRejection?.write == refused }, "a refused write is rolled back, and the view told why")
+        #expect(remoteView.lastRejection?.error.code == .itemNotFound)
+        #expect(await until { !remoteView.hasPendingWrites })
 
         try local.close()
         #expect(await until { onDevice.connection == .closed && localView.connection == .closed }, "a closed store says so")

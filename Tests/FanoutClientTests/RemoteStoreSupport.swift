@@ -104,6 +104,9 @@ final class Recorder: CartObserver {
         var resyncs: [(ResyncReason, [Cart])] = []
         var states: [RemoteCartStore.ConnectionState] = []
         var refusals: [(carts: [String], error: RemoteStoreError)] = []
+        /// What `didChangePending` said to show, in order.
+        var shown: [(pending: [PendingWrite], cart: Cart)] = []
+        var rejections: [(write: PendingWrite, error: RemoteStoreError)] = []
         var offQueue = 0
         /// Callbacks after `stop`.
         var afterStop = 0
@@ -156,7 +159,16 @@ final class Recorder: CartObserver {
         note { $0.refusals.append((carts, error)) }
     }
 
+    func cartSource(_ store: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart) {
+        note { $0.shown.append((pending, cart)) }
+    }
+
+    func cartSource(_ store: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError) {
+        note { $0.rejections.append((write, error)) }
+    }
+
     var refusals: [(carts: [String], error: RemoteStoreError)] { record.withLockedValue { $0.refusals } }
+    var shown: [(pending: [PendingWrite], cart: Cart)] { record.withLockedValue { $0.shown } }
 
     var isLoaded: Bool { record.withLockedValue { $0.loaded != nil } }
     var events: [CartEvent] { record.withLockedValue { $0.events } }

@@ -31,6 +31,18 @@ public protocol CartObserver: AnyObject, Sendable {
     /// event of them comes, while its other carts, and other observers, are served as usual.
     /// A `CartStore` never refuses.
     func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError)
+
+    /// The store's writes to one of this observer's carts that the server has not confirmed
+    /// changed: one was made, confirmed (its event applied: `didApply` came first), or refused.
+    /// `cart` is what the app shows: the confirmed cart with `pending` applied in order. When
+    /// `pending` is empty, `cart` is the confirmed cart again. Only a `RemoteCartStore` has
+    /// pending writes (its `addItem`, `setQuantity`, `removeItem`, `clear`).
+    func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart)
+
+    /// The server refused `write` for good (a version conflict, a cart outside the token's
+    /// claim, a rule such as a line that is not there): it is rolled back, and
+    /// `didChangePending` follows with the cart without it. Later writes go on.
+    func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError)
 }
 
 extension CartObserver {
@@ -39,6 +51,8 @@ extension CartObserver {
     public func cartSource(_ source: any CartSource, didResync carts: [Cart], because reason: ResyncReason) {}
     public func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState) {}
     public func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {}
+    public func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart) {}
+    public func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError) {}
 }
 
 /// How a source's weak observer set holds a `CartObserver`: weakly; or, for a main-actor

@@ -19,6 +19,10 @@ public protocol MainActorCartObserver: AnyObject, Sendable {
     func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState)
     /// A server refused some of this observer's carts to the store's credentials.
     func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError)
+    /// The store's unconfirmed writes to one of its carts changed; `cart` is what to show.
+    func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart)
+    /// The server refused a write for good: it is rolled back.
+    func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError)
 }
 
 extension MainActorCartObserver {
@@ -27,6 +31,8 @@ extension MainActorCartObserver {
     public func cartSource(_ source: any CartSource, didResync carts: [Cart], because reason: ResyncReason) {}
     public func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState) {}
     public func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {}
+    public func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart) {}
+    public func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError) {}
 }
 
 /// What an observer set holds for a main-actor observer: registered with the main queue (the
@@ -64,5 +70,11 @@ package final class MainActorRelay: CartObserver {
     }
     package func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {
         call { $0.cartSource(source, didRefuse: carts, because: error) }
+    }
+    package func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart) {
+        call { $0.cartSource(source, didChangePending: pending, showing: cart) }
+    }
+    package func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError) {
+        call { $0.cartSource(source, didReject: write, because: error) }
     }
 }

@@ -13,6 +13,9 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
     case unexpectedAnswer(String)
     /// The input breaks the rules the server would refuse it for (`CartLimits`): not sent.
     case invalid(FanoutError)
+    /// A `RemoteCartStore` already holds this many writes the server has not confirmed: the
+    /// write was not taken (nothing is dropped to make room).
+    case tooManyPendingWrites(Int)
 
     /// The server's error code, when it answered with one.
     public var code: FanoutErrorCode? {
@@ -49,6 +52,8 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
         case .unreachable(let why): why
         case .unexpectedAnswer(let why): why
         case .invalid(let error): error.message
+        case .tooManyPendingWrites(let limit):
+            "\(limit) writes are waiting for the server already: wait for some to be confirmed (RemoteCartStore.maxPendingWrites)"
         }
     }
 }

@@ -1,0 +1,206 @@
+import FanoutProtocol
+import Foundation
+
+/// What became of a write made through a `RemoteCartStore`.
+public enum WriteOutcome: Sendable {
+    /// The server committed it: `seq` is its event's.
+    case confirmed(seq: Int64)
+    /// The server refused it for good; it was rolled back.
+    case rejected(RemoteStoreError)
+    /// The store does not remember it: not one of its writes, or one of more than
+    /// `RemoteCartStore.rememberedOutcomes` ago.
+    case unknown
+}
+
+/// The replica's writes that the server has not confirmed, in the order they were made.
+struct PendingWrites {
+    struct Entry {
+        var write: PendingWrite
+        /// The seq of its event, once the server answered; it stays shown on top of the
+        /// confirmed carts until the replica has applied that seq.
+        var answeredSeq: Int64?
+    }
+
+    private(set) var entries: [Entry] = []
+    /// The outcomes of the last writes that ended, oldest first (at most `rememberedOutcomes`).
+    private var outcomes: [String: WriteOutcome] = [:]
+    private var outcomeOrder: [String] = []
+    /// Who waits for a write's outcome, by its id.
+    var waiting: [String: [CheckedContinuation<WriteOutcome, Never>]] = [:]
+
+    var count: Int { entries.count }
+
+    func of(_ cartID: String) -> [PendingWrite] {
+        entries.lazy.filter { $0.write.cartID == cartID }.map(\.write)
+    }
+
+    /// The first write not yet answered: the one to send.
+    var next: PendingWrite? {
+        entries.first { $0.answeredSeq == nil }?.write
+    }
+
+    mutating func append(_ write: PendingWrite) {
+        entries.append(Entry(write: write))
+    }
+
+    mutating func answer(_ id: String, seq: Int64) -> PendingWrite? {
+        guard let index = entries.firstIndex(where: { $0.write.id == id }) else { return nil }
+        entries[index].answeredSeq = seq
+        return entries[index].write
+    }
+
+    /// Ends `id` with `outcome`: no longer pending, its waiters resumed.
+    @discardableResult
+    mutating func end(_ id: String, _ outcome: WriteOutcome) -> PendingWrite? {
+        guard let index = entries.firstIndex(where: { $0.write.id == id }) else { return nil }
+        let ended = entries.remove(at: index).write
+        outcomes[id] = outcome
+        outcomeOrder.append(id)
+        if outcomeOrder.count > RemoteCartStore.rememberedOutcomes {
+            outcomes[outcomeOrder.removeFirst()] = nil
+        }
+        for waiter in waiting.removeValue(forKey: id) ?? [] { waiter.resume(returning: outcome) }
+        return ended
+    }
+
+    /// Ends every answered write of `cartID` whose event the replica has applied (its seq at or
+    /// below `appliedSeq`, or the event carrying its key); returns whether any ended.
+    mutating func settle(_ cartID: String, appliedSeq: Int64, confirmedKey: String? = nil) -> Bool {
+        let done = entries.filter { entry in
+            guard entry.write.cartID == cartID else { return false }
+            if let key = confirmedKey, entry.write.id == key { return true }
+            return entry.answeredSeq.map { $0 <= appliedSeq } ?? false
+        }
+        for entry in done { end(entry.write.id, .confirmed(seq: entry.answeredSeq ?? appliedSeq)) }
+        return !done.isEmpty
+    }
+
+    func outcome(of id: String) -> WriteOutcome? {
+        entries.contains { $0.write.id == id } ? nil : (outcomes[id] ?? .unknown)
+    }
+
+    /// Every waiter resumed with `unknown`: the store closed.
+    mutating func abandonWaiters() {
+        for (_, waiters) in waiting {
+            for waiter in waiters { waiter.resume(returning: .unknown) }
+        }
+        waiting = [:]
+    }
+}
+
+extension Replica {
+    /// A write made through the store: shown at once to the observers of its cart, then sent.
+    func addPending(_ write: PendingWrite, observers: RemoteCartStore.Observers) throws(RemoteStoreError) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !state.closed else { throw RemoteStoreError.unexpectedAnswer("the store is closed") }
+        guard state.pending.count < RemoteCartStore.maxPendingWrites else {
+            throw RemoteStoreError.tooManyPendingWrites(RemoteCartStore.maxPendingWrites)
+        }
+        state.pending.append(write)
+        tellPending(of: write.cartID, observers: observers)
+    }
+
+    /// The next write to send, in the order they were made.
+    var nextPendingWrite: PendingWrite? {
+        read(\.pending.next)
+    }
+
+    /// The server committed `id` as `seq`. It stays shown on top of the confirmed cart until
+    /// the replica applies that seq, unless the replica does not follow the cart.
+    func answered(_ id: String, seq: Int64, observers: RemoteCartStore.Observers) {
+        lock.withLock {
+            guard let write = state.pending.answer(id, seq: seq) else { return }
+            let followed = state.loaded && state.covered?.contains(write.cartID) == true
+            if !followed || state.seq >= seq {
+                state.pending.end(id, .confirmed(seq: seq))
+                tellPending(of: write.cartID, observers: observers)
+            }
+        }
+    }
+
+    /// The server refused `id` for good: rolled back, its observers told.
+    func rejected(_ id: String, because error: RemoteStoreError, observers: RemoteCartStore.Observers) {
+        lock.withLock {
+            guard let write = state.pending.end(id, .rejected(error)) else { return }
+            if !state.closed, let store = store.withLockedValue(\.store) {
+                observers.registry.notify(where: { $0.isLoaded && $0.selection.contains(write.cartID) }) { observer, _ in
+                    observer.cartSource(store, didReject: write, because: error)
+                }
+            }
+            tellPending(of: write.cartID, observers: observers)
+        }
+    }
+
+    /// After the confirmed state of `cartID` changed (an event, a snapshot): ends the pending
+    /// writes it confirms, and tells the observers what to show if it had any. Under the lock.
+    func settlePending(of cartID: String, confirmedKey: String? = nil, observers: RemoteCartStore.Observers) {
+        let had = !state.pending.of(cartID).isEmpty
+        _ = state.pending.settle(cartID, appliedSeq: state.seq, confirmedKey: confirmedKey)
+        if had { tellPending(of: cartID, observers: observers) }
+    }
+
+    /// Every cart with pending writes, settled (after a snapshot). Under the lock.
+    func settleAllPending(observers: RemoteCartStore.Observers) {
+        for cartID in Set(state.pending.entries.map(\.write.cartID)) {
+            settlePending(of: cartID, observers: observers)
+        }
+    }
+
+    /// Tells the observers of `cartID` its pending writes and the cart to show. Under the lock.
+    func tellPending(of cartID: String, observers: RemoteCartStore.Observers) {
+        guard !state.closed, let store = store.withLockedValue(\.store) else { return }
+        let pending = state.pending.of(cartID)
+        let shown = (state.carts[cartID] ?? Cart(id: cartID)).applying(pending)
+        observers.registry.notify(where: { $0.isLoaded && $0.selection.contains(cartID) }) { observer, _ in
+            observer.cartSource(store, didChangePending: pending, showing: shown)
+        }
+    }
+
+    /// Tells one newly loaded observer the pending writes of its carts. Under the lock.
+    func tellPending(to observer: any CartObserver, _ interest: ObserverInterest, in set: ObserverSetOfStore) {
+        guard let store = store.withLockedValue(\.store) else { return }
+        for cartID in Set(state.pending.entries.map(\.write.cartID)).sorted() where interest.selection.contains(cartID) {
+            let pending = state.pending.of(cartID)
+            let shown = (state.carts[cartID] ?? Cart(id: cartID)).applying(pending)
+            set.notify(only: observer) { $0.cartSource(store, didChangePending: pending, showing: shown) }
+        }
+    }
+
+    /// Waits for what becomes of write `id`.
+    func outcome(of id: String) async -> WriteOutcome {
+        await withCheckedContinuation { continuation in
+            lock.withLock {
+                if let known = state.pending.outcome(of: id) {
+                    continuation.resume(returning: known)
+                } else if state.closed {
+                    continuation.resume(returning: .unknown)
+                } else {
+                    state.pending.waiting[id, default: []].append(continuation)
+                }
+            }
+        }
+    }
+
+    /// Waits until the replica has applied every event up to `seq` (or the store closed).
+    func applied(through seq: Int64) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            lock.withLock {
+                if state.closed || (state.loaded && state.seq >= seq) {
+                    continuation.resume()
+                } else {
+                    state.seqWaiters.append((seq, continuation))
+                }
+            }
+        }
+    }
+
+    /// Resumes those waiting for a seq the replica has reached. Under the lock.
+    func resumeSeqWaiters() {
+        guard !state.seqWaiters.isEmpty else { return }
+        let reached = state.closed ? Int64.max : (state.loaded ? state.seq : Int64.min)
+        let (ready, waiting) = (state.seqWaiters.filter { $0.seq <= reached }, state.seqWaiters.filter { $0.seq > reached })
+        state.seqWaiters = waiting
+        for waiter in ready { waiter.continuation.resume() }
+    }
+}

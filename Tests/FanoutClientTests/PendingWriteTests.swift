@@ -1,0 +1,125 @@
+import FanoutClient
+import FanoutTestSupport
+import Foundation
+import Testing
+
+/// Writes through a `RemoteCartStore`: shown at once as pending, sent in order (also after the
+/// server comes back), confirmed by their events, or rolled back when the server refuses them.
+@Suite("Pending writes", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)))
+struct PendingWriteTests {
+    @Test func writesMadeWhileTheServerIsDownShowAtOnceThenReachItInOrder() async throws {
+        let (server, store, recorder) = try await Self.following("p")
+        server.process.signal(SIGTERM)
+        _ = await server.process.waitForExit()
+
+        var writes: [PendingWrite] = []
+        var expected = try #require(store.cart("p"))
+        for index in 0..<20 {
+            let write: CartWrite =
+                switch index % 4 {
+                case 0, 1: .addItem(sku: "s\(index / 4)", quantity: 1 + index % 3, unitPriceCents: 100, name: nil)
+                case 2: .setQuantity(sku: "s\(index / 4)", quantity: 7)
+                default: .removeItem(sku: "seed")
+                }
+            writes.append(try store.write(write, to: "p"))
+            expected = expected.applying([writes[index]])
+            // Told before the call returned (an observer without a queue runs in it).
+            let last = try #require(recorder.shown.last)
+            #expect(last.pending.map(\.id) == writes.map(\.id), "every write so far, pending, in order")
+            #expect(last.cart.items == expected.items, "the cart shown is the confirmed one with the pending writes applied")
+        }
+        #expect(store.pendingWrites.count == 20)
+
+        try server.start()
+        await eventually(timeout: .seconds(30), "every write confirmed or refused") { store.pendingWrites.isEmpty }
+        var seqs: [Int64] = []
+        for (index, write) in writes.enumerated() {
+            switch await store.outcome(of: write) {
+            case .confirmed(let seq):
+                seqs.append(seq)
+            case .rejected(let error):
+                // The line "seed" goes with the first removal; the later ones find nothing.
+                #expect(index % 4 == 3 && index > 3 && error.code == .itemNotFound, "write \(index) refused: \(error)")
+            case .unknown:
+                Issue.record("write \(index) is unknown to its store")
+            }
+        }
+        #expect(seqs.count == 16 && seqs == seqs.sorted() && Set(seqs).count == 16, "sent in the order they were made, each once")
+        let remote = try await server.carts()
+        let p = try #require(remote["p"])
+        #expect(p.items == expected.items, "the server made of them what the store showed")
+        #expect(try await server.log().filter { $0.cartID == "p" }.count == 17, "the seed and each write taken, once")
+        #expect(recorder.record.withLockedValue { $0.rejections.count } == 4)
+        await store.applied(through: seqs.last ?? 0)
+        #expect(store.cart("p") == p, "read your writes: the replica has applied the last one")
+        let last = try #require(recorder.shown.last)
+        #expect(last.pending.isEmpty && last.cart == p, "nothing pending; the confirmed cart shown")
+        withExtendedLifetime(recorder) {}
+        await store.close()
+        await server.stop()
+    }
+
+    @Test func aRefusedWriteIsRolledBackWithTheServersReasonAndTheNextOnesGoOn() async throws {
+        let (server, store, recorder) = try await Self.following("r")
+        let version = try #require(store.cart("r")).version
+
+        let conflicting = try store.addItem("late", quantity: 1, unitPriceCents: 5, to: "r", expectedVersion: version + 5)
+        let missing = try store.removeItem("nothing-here", from: "r")
+        let fine = try store.addItem("ok", quantity: 2, unitPriceCents: 5, to: "r", expectedVersion: version)
+        #expect(store.pendingWrites.map(\.id) == [conflicting.id, missing.id, fine.id])
+
+        guard case .rejected(let conflict) = await store.outcome(of: conflicting) else {
+            Issue.record("the write against a version the cart is not at was taken")
+            return
+        }
+        #expect(conflict.code == .versionConflict && conflict.currentVersion == version)
+        guard case .rejected(let notFound) = await store.outcome(of: missing) else {
+            Issue.record("the removal of a line that is not there was taken")
+            return
+        }
+        #expect(notFound.code == .itemNotFound)
+        guard case .confirmed(let seq) = await store.outcome(of: fine) else {
+            Issue.record("the write after two refusals did not go")
+            return
+        }
+        await store.applied(through: seq)
+        let cart = try #require(store.cart("r"))
+        #expect(cart.items.map(\.sku) == ["seed", "ok"], "the refused writes left nothing")
+        #expect(recorder.record.withLockedValue { $0.rejections.map(\.write.id) } == [conflicting.id, missing.id])
+        await eventually("the last view shows the confirmed cart") {
+            recorder.shown.last.map { $0.pending.isEmpty && $0.cart == cart } ?? false
+        }
+        withExtendedLifetime(recorder) {}
+        await store.close()
+        await server.stop()
+    }
+
+    /// A server with `cart` (one line, `seed`), and a store whose observer has loaded it.
+    static func following(_ cart: String) async throws -> (ServerUnderTest, RemoteCartStore, Recorder) {
+        let server = try ServerUnderTest()
+        await server.add(cart, "seed")
+        let store = RemoteCartStore(server: server.url)
+        let recorder = Recorder()
+        store.observers.add(recorder, carts: .only([cart]))
+        await eventually("loaded") { recorder.isLoaded }
+        return (server, store, recorder)
+    }
+
+    @Test func pastTheLimitAWriteIsRefusedAndNothingIsDropped() async throws {
+        let server = try ServerUnderTest()
+        // Frozen: the first write waits for its answer, the others behind it.
+        server.process.signal(SIGSTOP)
+        let store = RemoteCartStore(server: server.url)
+        for index in 0..<RemoteCartStore.maxPendingWrites {
+            try store.addItem("s\(index % 50)", quantity: 1, unitPriceCents: 1, to: "full")
+        }
+        #expect(throws: RemoteStoreError.self) { try store.addItem("one-more", quantity: 1, unitPriceCents: 1, to: "full") }
+        #expect(store.pendingWrites.count == RemoteCartStore.maxPendingWrites, "every write taken is still pending")
+        #expect(throws: RemoteStoreError.self, "bad values are refused before they are taken") {
+            try store.addItem("bad sku", quantity: 1, unitPriceCents: 1, to: "x")
+        }
+        await store.close()
+        server.process.signal(SIGCONT)
+        await server.stop()
+    }
+}
