@@ -6,6 +6,15 @@ public struct CartCommit: Sendable, Hashable {
     public var cart: Cart
     /// The event the commit appended to the log (and delivered to observers).
     public var event: CartEvent
+    /// Whether this is the answer of an earlier commit, given again for a mutation that repeated
+    /// its `IdempotencyKey`: nothing was written, and no event delivered, this time.
+    public var isReplay = false
+
+    package init(cart: Cart, event: CartEvent, isReplay: Bool = false) {
+        self.cart = cart
+        self.event = event
+        self.isReplay = isReplay
+    }
 }
 
 extension CartStore {
@@ -22,16 +31,23 @@ extension CartStore {
     ///   - name: the line's display name, at most 200 characters.
     ///   - expectedVersion: when given, the cart must be at this version (0 for a cart that
     ///     does not exist yet), or the call fails with `versionConflict` and changes nothing.
+    ///   - idempotencyKey: when given, the change is made once for this key: a later call with
+    ///     the same key and arguments returns this commit again (`isReplay`), one with other
+    ///     arguments throws `idempotencyKeyReused` (see `IdempotencyKey`). The same holds for
+    ///     every mutation.
     @discardableResult
     public func addItem(
         cartID: String, sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil,
-        expectedVersion: Int64? = nil
+        expectedVersion: Int64? = nil, idempotencyKey: IdempotencyKey? = nil
     ) async throws -> CartCommit {
         try CartLimits.checkSKU(sku)
         try CartLimits.checkQuantity(quantity)
         try CartLimits.checkPrice(unitPriceCents)
         try CartLimits.checkName(name)
-        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: false) { cart in
+        let request = Request.addItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name)
+        return try await commit(
+            cartID: cartID, expectedVersion: expectedVersion, mustExist: false, keyed: idempotencyKey, request: request
+        ) { cart in
             if let line = cart.items.first(where: { $0.sku == sku }) {
                 let total = line.quantity + quantity
                 guard total <= CartLimits.quantityRange.upperBound else {
@@ -54,11 +70,14 @@ extension CartStore {
     /// Sets the quantity of an existing line; 0 removes the line.
     @discardableResult
     public func setQuantity(
-        cartID: String, sku: String, quantity: Int, expectedVersion: Int64? = nil
+        cartID: String, sku: String, quantity: Int, expectedVersion: Int64? = nil, idempotencyKey: IdempotencyKey? = nil
     ) async throws -> CartCommit {
         try CartLimits.checkSKU(sku)
         try CartLimits.checkQuantity(quantity, allowZero: true)
-        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: true) { cart in
+        return try await commit(
+            cartID: cartID, expectedVersion: expectedVersion, mustExist: true, keyed: idempotencyKey,
+            request: .setQuantity(sku: sku, quantity: quantity)
+        ) { cart in
             try Self.requireLine(sku, in: cart)
             return quantity == 0 ? .itemRemoved(sku: sku) : .quantityChanged(sku: sku, quantity: quantity)
         }
@@ -66,9 +85,13 @@ extension CartStore {
 
     /// Removes a line from the cart.
     @discardableResult
-    public func removeItem(cartID: String, sku: String, expectedVersion: Int64? = nil) async throws -> CartCommit {
+    public func removeItem(
+        cartID: String, sku: String, expectedVersion: Int64? = nil, idempotencyKey: IdempotencyKey? = nil
+    ) async throws -> CartCommit {
         try CartLimits.checkSKU(sku)
-        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: true) { cart in
+        return try await commit(
+            cartID: cartID, expectedVersion: expectedVersion, mustExist: true, keyed: idempotencyKey, request: .removeItem(sku: sku)
+        ) { cart in
             try Self.requireLine(sku, in: cart)
             return .itemRemoved(sku: sku)
         }
@@ -76,8 +99,12 @@ extension CartStore {
 
     /// Removes every line of the cart. The cart itself, and its version, remain.
     @discardableResult
-    public func clearCart(cartID: String, expectedVersion: Int64? = nil) async throws -> CartCommit {
-        try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: true) { _ in .cartCleared }
+    public func clearCart(
+        cartID: String, expectedVersion: Int64? = nil, idempotencyKey: IdempotencyKey? = nil
+    ) async throws -> CartCommit {
+        try await commit(
+            cartID: cartID, expectedVersion: expectedVersion, mustExist: true, keyed: idempotencyKey, request: .clearCart
+        ) { _ in .cartCleared }
     }
 
     private static func requireLine(_ sku: String, in cart: Cart) throws {
@@ -89,14 +116,62 @@ extension CartStore {
     /// The one write path: the id checked, then the engine commits the mutation (see
     /// `CartStoreBackend`), which delivers the event to the observers before it returns.
     private func commit(
-        cartID: String, expectedVersion: Int64?, mustExist: Bool,
+        cartID: String, expectedVersion: Int64?, mustExist: Bool, keyed key: IdempotencyKey?, request: Request,
         decide: @escaping @Sendable (Cart) throws -> CartChange
     ) async throws -> CartCommit {
         try CartLimits.checkCartID(cartID)
+        let keyed = key.map {
+            KeyedRequest(key: $0, fingerprint: request.fingerprint(cartID: cartID, expectedVersion: expectedVersion))
+        }
         let mutation = CartMutation(
             cartID: cartID, expectedVersion: expectedVersion, mustExist: mustExist, decide: decide,
-            validate: { [weak self] proposal in try self?.validate(proposal) })
+            validate: { [weak self] proposal in try self?.validate(proposal) }, keyed: keyed)
         return try await backend.commit(mutation)
+    }
+
+    /// A mutation as its caller asked for it, before the cart is read: what a key's fingerprint
+    /// is made of.
+    private enum Request {
+        case addItem(sku: String, quantity: Int, unitPriceCents: Int, name: String?)
+        case setQuantity(sku: String, quantity: Int)
+        case removeItem(sku: String)
+        case clearCart
+
+        /// The request as canonical JSON: `["addItem","cart","sku",2,150,"name"|null,3|null]`,
+        /// the route, the cart, every argument in a fixed order, and the expected version.
+        func fingerprint(cartID: String, expectedVersion: Int64?) -> String {
+            var json = JSONBytes(capacity: 160)
+            json.raw("[")
+            switch self {
+            case .addItem(let sku, let quantity, let price, let name):
+                Self.strings(&json, "addItem", cartID, sku)
+                json.raw(",")
+                json.int(quantity)
+                json.raw(",")
+                json.int(price)
+                json.raw(",")
+                if let name { json.string(name) } else { json.raw("null") }
+            case .setQuantity(let sku, let quantity):
+                Self.strings(&json, "setQuantity", cartID, sku)
+                json.raw(",")
+                json.int(quantity)
+            case .removeItem(let sku):
+                Self.strings(&json, "removeItem", cartID, sku)
+            case .clearCart:
+                Self.strings(&json, "clearCart", cartID)
+            }
+            json.raw(",")
+            if let expectedVersion { json.int(expectedVersion) } else { json.raw("null") }
+            json.raw("]")
+            return String(decoding: json.bytes, as: UTF8.self)
+        }
+
+        private static func strings(_ json: inout JSONBytes, _ values: String...) {
+            for (index, value) in values.enumerated() {
+                if index > 0 { json.raw(",") }
+                json.string(value)
+            }
+        }
     }
 
     /// Asks the validators about a change, inside the engine's transaction; a throw refuses it.
