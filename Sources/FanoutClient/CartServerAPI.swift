@@ -38,8 +38,13 @@ public struct CartServerAPI: Sendable {
     ///   - name: the line's display name.
     ///   - cartID: the cart.
     ///   - expectedVersion: the version the cart must be at (0: must not exist yet).
+    ///   - idempotencyKey: sent as `Idempotency-Key`: the server makes the change once for this
+    ///     key, and answers a repeat (a retry after a lost answer) with the first answer; the key
+    ///     with another change is refused `idempotency_key_reused`. 1–255 characters `!`…`~`,
+    ///     checked before sending. The same for every write.
     public func addItem(
-        _ sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil, to cartID: String, expectedVersion: Int64? = nil
+        _ sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil, to cartID: String, expectedVersion: Int64? = nil,
+        idempotencyKey: String? = nil
     ) async throws -> WriteResult {
         try Self.check { () throws(FanoutError) in
             try CartLimits.checkSKU(sku)
@@ -49,43 +54,55 @@ public struct CartServerAPI: Sendable {
         }
         let body = AddItemRequest(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name)
         return try await send(
-            "POST", "/carts/\(try Self.segment(cartID))/items", body: body, expectedVersion: expectedVersion, as: WriteResult.self)
+            "POST", "/carts/\(try Self.segment(cartID))/items", body: body, expectedVersion: expectedVersion,
+            idempotencyKey: idempotencyKey, as: WriteResult.self)
     }
 
     /// Sets the quantity of a line (0 removes it).
-    public func setQuantity(of sku: String, to quantity: Int, in cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult
-    {
+    public func setQuantity(
+        of sku: String, to quantity: Int, in cartID: String, expectedVersion: Int64? = nil, idempotencyKey: String? = nil
+    ) async throws -> WriteResult {
         try Self.check { () throws(FanoutError) in try CartLimits.checkQuantity(quantity, allowZero: true) }
         return try await send(
             "PATCH", "/carts/\(try Self.segment(cartID))/items/\(try Self.segment(sku, isSKU: true))",
-            body: SetQuantityRequest(quantity: quantity), expectedVersion: expectedVersion, as: WriteResult.self)
-    }
-
-    /// Removes a line.
-    public func removeItem(_ sku: String, from cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult {
-        try await send(
-            "DELETE", "/carts/\(try Self.segment(cartID))/items/\(try Self.segment(sku, isSKU: true))", expectedVersion: expectedVersion,
+            body: SetQuantityRequest(quantity: quantity), expectedVersion: expectedVersion, idempotencyKey: idempotencyKey,
             as: WriteResult.self)
     }
 
+    /// Removes a line.
+    public func removeItem(
+        _ sku: String, from cartID: String, expectedVersion: Int64? = nil, idempotencyKey: String? = nil
+    ) async throws -> WriteResult {
+        try await send(
+            "DELETE", "/carts/\(try Self.segment(cartID))/items/\(try Self.segment(sku, isSKU: true))", expectedVersion: expectedVersion,
+            idempotencyKey: idempotencyKey, as: WriteResult.self)
+    }
+
     /// Empties a cart.
-    public func clear(_ cartID: String, expectedVersion: Int64? = nil) async throws -> WriteResult {
-        try await send("DELETE", "/carts/\(try Self.segment(cartID))", expectedVersion: expectedVersion, as: WriteResult.self)
+    public func clear(_ cartID: String, expectedVersion: Int64? = nil, idempotencyKey: String? = nil) async throws -> WriteResult {
+        try await send(
+            "DELETE", "/carts/\(try Self.segment(cartID))", expectedVersion: expectedVersion, idempotencyKey: idempotencyKey,
+            as: WriteResult.self)
     }
 
     /// Sends a request and decodes the answer of a 2xx.
     ///
-    /// - Parameter expectedVersion: sent as `If-Match`.
+    /// - Parameters:
+    ///   - expectedVersion: sent as `If-Match`.
+    ///   - idempotencyKey: sent as `Idempotency-Key`, once checked (`invalid` otherwise, unsent).
     /// - Throws: `RemoteStoreError`.
     func send<Answer: Decodable>(
-        _ method: String, _ path: String, body: (any Encodable)? = nil, expectedVersion: Int64? = nil, as answer: Answer.Type
+        _ method: String, _ path: String, body: (any Encodable)? = nil, expectedVersion: Int64? = nil, idempotencyKey: String? = nil,
+        as answer: Answer.Type
     ) async throws -> Answer {
         guard let url = URL(string: path, relativeTo: baseURL)?.absoluteURL else {
             throw RemoteStoreError.unexpectedAnswer("cannot build a URL from \(baseURL) and \(path)")
         }
+        if let idempotencyKey { try Self.check { () throws(FanoutError) in try CartLimits.checkIdempotencyKey(idempotencyKey) } }
         var headers: [(String, String)] = [("Accept", "application/json")]
         if let token = try await credentials.token() { headers.append(("Authorization", "Bearer \(token)")) }
         if let expectedVersion { headers.append(("If-Match", "\(expectedVersion)")) }
+        if let idempotencyKey { headers.append(("Idempotency-Key", idempotencyKey)) }
         var bytes: [UInt8]?
         if let body {
             bytes = Array(try FanoutJSON.encoder().encode(body))

@@ -72,6 +72,27 @@ struct IdempotencyEndToEndTests {
         #expect(await restarted.waitForExit() == 0)
     }
 
+    /// `--idempotency-keys-ttl`: a key is answered again while it is kept, and once the server
+    /// has forgotten it, a repeat is a new change.
+    @Test func aKeyPastItsTimeToLiveIsForgotten() async throws {
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let server = try ServerProcess(arguments: ["--port", "0", "--db", database, "--idempotency-keys-ttl", "0.5"])
+        let first = try await Self.add(port: server.port, key: "k")
+        #expect(first.status == 200 && first.seq == 1)
+        var repeated = try await Self.add(port: server.port, key: "k")
+        #expect(repeated.replayed == "true" || repeated.seq == 2, "a replay, unless already forgotten")
+        try await eventually("the key forgotten") {
+            if repeated.replayed == nil { return true }
+            repeated = try await Self.add(port: server.port, key: "k")
+            return repeated.replayed == nil
+        }
+        #expect(repeated.status == 200 && repeated.seq == 2, "made again, once")
+        #expect(try await Mutations.log(port: server.port) == [1, 2])
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+    }
+
     @Test(.tags(.postgres), .needsPostgreSQL)
     func aKeyUsedOnOneServerIsAnsweredOnAnotherOfTheSameDatabase() async throws {
         let postgres = try await PostgresServer.start()
