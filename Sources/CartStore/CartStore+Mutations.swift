@@ -6,6 +6,15 @@ public struct CartCommit: Sendable, Hashable {
     public var cart: Cart
     /// The event the commit appended to the log (and delivered to observers).
     public var event: CartEvent
+    /// Whether this is the answer of an earlier commit, given again for a mutation that repeated
+    /// its `IdempotencyKey`: nothing was written, and no event delivered, this time.
+    public var isReplay = false
+
+    package init(cart: Cart, event: CartEvent, isReplay: Bool = false) {
+        self.cart = cart
+        self.event = event
+        self.isReplay = isReplay
+    }
 }
 
 extension CartStore {
@@ -22,43 +31,60 @@ extension CartStore {
     ///   - name: the line's display name, at most 200 characters.
     ///   - expectedVersion: when given, the cart must be at this version (0 for a cart that
     ///     does not exist yet), or the call fails with `versionConflict` and changes nothing.
+    ///   - idempotencyKey: when given, the change is made once for this key: a later call with
+    ///     the same key and arguments returns this commit again (`isReplay`), one with other
+    ///     arguments throws `idempotencyKeyReused` (see `IdempotencyKey`). The same holds for
+    ///     every mutation.
     @discardableResult
     public func addItem(
         cartID: String, sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil,
-        expectedVersion: Int64? = nil
+        expectedVersion: Int64? = nil, idempotencyKey: IdempotencyKey? = nil
     ) async throws -> CartCommit {
         try await commit(
-            .addItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name), to: cartID, expectedVersion: expectedVersion
-        )
+            .addItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name), to: cartID,
+            expectedVersion: expectedVersion, idempotencyKey: idempotencyKey)
     }
 
     /// Sets the quantity of an existing line; 0 removes the line.
     @discardableResult
     public func setQuantity(
-        cartID: String, sku: String, quantity: Int, expectedVersion: Int64? = nil
+        cartID: String, sku: String, quantity: Int, expectedVersion: Int64? = nil, idempotencyKey: IdempotencyKey? = nil
     ) async throws -> CartCommit {
-        try await commit(.setQuantity(sku: sku, quantity: quantity), to: cartID, expectedVersion: expectedVersion)
+        try await commit(
+            .setQuantity(sku: sku, quantity: quantity), to: cartID, expectedVersion: expectedVersion, idempotencyKey: idempotencyKey)
     }
 
     /// Removes a line from the cart.
     @discardableResult
-    public func removeItem(cartID: String, sku: String, expectedVersion: Int64? = nil) async throws -> CartCommit {
-        try await commit(.removeItem(sku: sku), to: cartID, expectedVersion: expectedVersion)
+    public func removeItem(
+        cartID: String, sku: String, expectedVersion: Int64? = nil, idempotencyKey: IdempotencyKey? = nil
+    ) async throws -> CartCommit {
+        try await commit(.removeItem(sku: sku), to: cartID, expectedVersion: expectedVersion, idempotencyKey: idempotencyKey)
     }
 
     /// Removes every line of the cart. The cart itself, and its version, remain.
     @discardableResult
-    public func clearCart(cartID: String, expectedVersion: Int64? = nil) async throws -> CartCommit {
-        try await commit(.clear, to: cartID, expectedVersion: expectedVersion)
+    public func clearCart(
+        cartID: String, expectedVersion: Int64? = nil, idempotencyKey: IdempotencyKey? = nil
+    ) async throws -> CartCommit {
+        try await commit(.clear, to: cartID, expectedVersion: expectedVersion, idempotencyKey: idempotencyKey)
     }
 
     /// Commits `write` to the cart: its values checked, then its change decided on the cart as
     /// committed (`CartWrite.change(to:)`, the rules a `RemoteCartStore` predicts its pending
     /// writes with).
+    ///
+    /// - Parameter idempotencyKey: with a key, the write is made once: a repeat of the same
+    ///   request answers the first commit again (`CartCommit.isReplay`), another request with
+    ///   the key is refused (`idempotencyKeyReused`).
     @discardableResult
-    public func commit(_ write: CartWrite, to cartID: String, expectedVersion: Int64? = nil) async throws -> CartCommit {
+    public func commit(
+        _ write: CartWrite, to cartID: String, expectedVersion: Int64? = nil, idempotencyKey: IdempotencyKey? = nil
+    ) async throws -> CartCommit {
         try write.check()
-        return try await commit(cartID: cartID, expectedVersion: expectedVersion, mustExist: write.needsExistingCart) { cart in
+        return try await commit(
+            cartID: cartID, expectedVersion: expectedVersion, mustExist: write.needsExistingCart, keyed: idempotencyKey, request: write
+        ) { cart in
             try write.change(to: cart)
         }
     }
@@ -66,13 +92,16 @@ extension CartStore {
     /// The one write path: the id checked, then the engine commits the mutation (see
     /// `CartStoreBackend`), which delivers the event to the observers before it returns.
     private func commit(
-        cartID: String, expectedVersion: Int64?, mustExist: Bool,
+        cartID: String, expectedVersion: Int64?, mustExist: Bool, keyed key: IdempotencyKey?, request: CartWrite,
         decide: @escaping @Sendable (Cart) throws -> CartChange
     ) async throws -> CartCommit {
         try CartLimits.checkCartID(cartID)
+        let keyed = key.map {
+            KeyedRequest(key: $0, fingerprint: request.fingerprint(cartID: cartID, expectedVersion: expectedVersion))
+        }
         let mutation = CartMutation(
             cartID: cartID, expectedVersion: expectedVersion, mustExist: mustExist, decide: decide,
-            validate: { [weak self] proposal in try self?.validate(proposal) })
+            validate: { [weak self] proposal in try self?.validate(proposal) }, keyed: keyed)
         return try await backend.commit(mutation)
     }
 
@@ -85,5 +114,45 @@ extension CartStore {
     /// order, without touching the database meanwhile.
     func deliver(_ event: CartEvent) {
         observers.deliver(event, from: self)
+    }
+}
+
+/// A write as its caller asked for it, before the cart is read: what a key's fingerprint is
+/// made of.
+extension CartWrite {
+    /// The request as canonical JSON: `["addItem","cart","sku",2,150,"name"|null,3|null]`,
+    /// the route, the cart, every argument in a fixed order, and the expected version.
+    func fingerprint(cartID: String, expectedVersion: Int64?) -> String {
+        var json = JSONBytes(capacity: 160)
+        json.raw("[")
+        switch self {
+        case .addItem(let sku, let quantity, let price, let name):
+            Self.strings(&json, "addItem", cartID, sku)
+            json.raw(",")
+            json.int(quantity)
+            json.raw(",")
+            json.int(price)
+            json.raw(",")
+            if let name { json.string(name) } else { json.raw("null") }
+        case .setQuantity(let sku, let quantity):
+            Self.strings(&json, "setQuantity", cartID, sku)
+            json.raw(",")
+            json.int(quantity)
+        case .removeItem(let sku):
+            Self.strings(&json, "removeItem", cartID, sku)
+        case .clear:
+            Self.strings(&json, "clearCart", cartID)
+        }
+        json.raw(",")
+        if let expectedVersion { json.int(expectedVersion) } else { json.raw("null") }
+        json.raw("]")
+        return String(decoding: json.bytes, as: UTF8.self)
+    }
+
+    private static func strings(_ json: inout JSONBytes, _ values: String...) {
+        for (index, value) in values.enumerated() {
+            if index > 0 { json.raw(",") }
+            json.string(value)
+        }
     }
 }

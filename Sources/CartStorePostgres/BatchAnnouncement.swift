@@ -9,8 +9,11 @@ import Foundation
 /// once its transaction has committed.
 ///
 /// The form, text: a line `previous latest`, then a line per event, its fields separated by
-/// tabs: seq, cart id, version, committed at (ms), and the change's JSON last (ids have no
-/// tabs, and JSON written by `JSONBytes` no raw tab or newline).
+/// tabs: seq, cart id, version, committed at (ms), the change's JSON, and, for an event made
+/// with an idempotency key, the key (ids and keys have no tabs, and JSON written by
+/// `JSONBytes` no raw tab or newline). A line without the key is an event without one, as
+/// older servers wrote every line; an older server reads a line with a key as not of this
+/// form, and reads the log instead.
 ///
 /// Only the first line is read when the payload arrives: a follower that has the batch already
 /// (its own, delivered by the committer) or is not at `previous` decodes no event (`events()`).
@@ -29,6 +32,7 @@ struct BatchAnnouncement {
         var payload = head
         for (event, change) in zip(events, changes) {
             payload += "\n\(event.seq)\t\(event.cartID)\t\(event.version)\t\(event.committedAt.millisecondsSince1970)\t\(change)"
+            if let key = event.idempotencyKey { payload += "\t\(key)" }
             if payload.utf8.count > maxBytes { return head }
         }
         return payload
@@ -60,11 +64,12 @@ struct BatchAnnouncement {
         guard let previous, latest > previous, !body.isEmpty else { return nil }
         var events: [CartEvent] = []
         for line in body.split(separator: "\n", omittingEmptySubsequences: false) {
-            let fields = line.split(separator: "\t", maxSplits: 4, omittingEmptySubsequences: false)
-            guard fields.count == 5, let seq = Int64(fields[0]), seq == previous + 1 + Int64(events.count),
+            let fields = line.split(separator: "\t", maxSplits: 5, omittingEmptySubsequences: false)
+            guard fields.count == 5 || fields.count == 6, let seq = Int64(fields[0]), seq == previous + 1 + Int64(events.count),
                 let version = Int64(fields[2]), let committedAt = Int64(fields[3]),
                 let event = try? CartEvent.stored(
-                    seq: seq, cartID: String(fields[1]), change: String(fields[4]), version: version, committedAt: committedAt)
+                    seq: seq, cartID: String(fields[1]), change: String(fields[4]), version: version, committedAt: committedAt,
+                    idempotencyKey: fields.count == 6 ? String(fields[5]) : nil)
             else { return nil }
             events.append(event)
         }

@@ -106,9 +106,10 @@ extension PostgresBackend {
         let logger = self.logger
         let follower = self.follower
         let cartIDs = Array(Set(mutations.map(\.cartID)))
+        let keys = Array(Set(mutations.compactMap(\.keyed?.key)))
         return try await connections.withConnection(until: deadline) { connection in
             try await connection.withTransaction(logger: logger) { connection in
-                var batch = try await PostgresBatch.load(cartIDs, connection, logger)
+                var batch = try await PostgresBatch.load(cartIDs, keys: keys, connection, logger)
                 let committedAt = Date().millisecondsSince1970
                 let outcomes = mutations.map { batch.plan($0, committedAt: committedAt) }
                 try await batch.write(connection, logger)

@@ -50,15 +50,16 @@ extension PostgresBackend {
             var events: [CartEvent] = []
             let rows = try await connection.query(
                 """
-                SELECT seq, cart_id, change, cart_version, committed_at FROM cart_events
+                SELECT seq, cart_id, change, cart_version, committed_at, idempotency_key FROM cart_events
                 WHERE seq > \(seq) AND (\(ids == nil) OR cart_id = ANY(\(ids ?? [])))
                 ORDER BY seq LIMIT \(Int64(limit))
                 """, logger: logger)
-            for try await (eventSeq, cartID, change, version, committedAt) in rows.decode(
-                (Int64, String, String, Int64, Int64).self)
+            for try await (eventSeq, cartID, change, version, committedAt, key) in rows.decode(
+                (Int64, String, String, Int64, Int64, String?).self)
             {
                 events.append(
-                    try .stored(seq: eventSeq, cartID: cartID, change: change, version: version, committedAt: committedAt))
+                    try .stored(
+                        seq: eventSeq, cartID: cartID, change: change, version: version, committedAt: committedAt, idempotencyKey: key))
             }
             return .events(events, latestSeq: latest)
         }
@@ -110,6 +111,22 @@ extension PostgresBackend {
                 """
                 WITH pruned AS (DELETE FROM cart_events WHERE committed_at < \(date.millisecondsSince1970) RETURNING 1)
                 SELECT count(*) FROM pruned
+                """, logger: self.logger
+            ).first.map { Int(try $0.decode(Int64.self)) } ?? 0
+        }
+    }
+
+    func pruneIdempotencyKeys(createdBefore date: Date, keepingNewest count: Int) async throws -> Int {
+        try await run {
+            try await self.query(
+                """
+                WITH old AS (DELETE FROM idempotency_keys WHERE created_at < \(date.millisecondsSince1970) RETURNING 1),
+                beyond AS (
+                    DELETE FROM idempotency_keys
+                    WHERE created_at >= \(date.millisecondsSince1970)
+                        AND seq <= (SELECT seq FROM idempotency_keys ORDER BY seq DESC LIMIT 1 OFFSET \(Int64(count)))
+                    RETURNING 1)
+                SELECT (SELECT count(*) FROM old) + (SELECT count(*) FROM beyond)
                 """, logger: self.logger
             ).first.map { Int(try $0.decode(Int64.self)) } ?? 0
         }

@@ -12,6 +12,11 @@ import PostgresNIO
 /// versions, the lines added or changed, the lines removed, the new `latest`, and one
 /// notification. So a batch costs the same few round trips whether it holds one change or a
 /// thousand.
+///
+/// A keyed mutation's key is looked up under the same lock (`ReadKeys`, only for a batch with
+/// keys): a key another transaction kept is seen, and a repeat is answered from it without a
+/// seq; a key kept earlier in the batch is answered from memory. A new key is written with its
+/// event, in the same statement.
 struct PostgresBatch: Sendable {
     /// The newest seq when the batch took the row: its events follow it.
     let previous: Int64
@@ -25,12 +30,18 @@ struct PostgresBatch: Sendable {
     /// The events planned, in seq order, with their encoded changes.
     private(set) var events: [CartEvent] = []
     private var encodedChanges: [String] = []
+    /// The keys of the batch's keyed mutations that are kept: read, or planned in this batch.
+    private var rememberedKeys: [IdempotencyKey: RememberedCommit]
+    /// The keys the batch's events keep, to be written with them.
+    private var keptKeys: [(key: IdempotencyKey, seq: Int64, remembered: RememberedCommit)] = []
 
     /// Takes the seq row, then reads `cartIDs`, on `connection` inside the batch's transaction.
     /// The carts are read in a statement of their own, after the lock: a statement sees the
     /// database as it was when it started, and one that waited for the lock would miss the
     /// commit it waited for.
-    static func load(_ cartIDs: [String], _ connection: PostgresConnection, _ logger: Logger) async throws -> PostgresBatch {
+    static func load(
+        _ cartIDs: [String], keys: [IdempotencyKey], _ connection: PostgresConnection, _ logger: Logger
+    ) async throws -> PostgresBatch {
         // Collected, so that a lock timeout is thrown here, not found by the next statement.
         var taken: Int64?
         for try await latest in try await connection.execute(TakeSeq(), logger: logger) { taken = latest }
@@ -48,13 +59,23 @@ struct PostgresBatch: Sendable {
                 positions[id, default: [:]][sku] = position
             }
         }
-        return PostgresBatch(previous: latest, carts: carts, positions: positions)
+        var remembered: [IdempotencyKey: RememberedCommit] = [:]
+        if !keys.isEmpty {
+            for try await (scope, key, fingerprint, answer) in try await connection.execute(ReadKeys(keys: keys), logger: logger) {
+                guard let key = try? IdempotencyKey(key, scope: scope) else { continue }
+                remembered[key] = RememberedCommit(fingerprint: fingerprint, commit: answer)
+            }
+        }
+        return PostgresBatch(previous: latest, carts: carts, positions: positions, rememberedKeys: remembered)
     }
 
-    private init(previous: Int64, carts: [String: Cart], positions: [String: [String: Int64]]) {
+    private init(
+        previous: Int64, carts: [String: Cart], positions: [String: [String: Int64]], rememberedKeys: [IdempotencyKey: RememberedCommit]
+    ) {
         self.previous = previous
         self.carts = carts
         self.positions = positions
+        self.rememberedKeys = rememberedKeys
     }
 
     /// The newest seq once the batch is written.
@@ -63,6 +84,9 @@ struct PostgresBatch: Sendable {
     /// Plans `mutation` on its cart as the batch has it so far; on success the event takes the
     /// next seq and the cart is changed in memory. A refusal changes nothing.
     mutating func plan(_ mutation: CartMutation, committedAt: Int64) -> Result<CartCommit, any Error> {
+        if let keyed = mutation.keyed, let remembered = rememberedKeys[keyed.key] {
+            return Result { try remembered.answer(to: keyed) }
+        }
         let plan: MutationPlan
         do {
             plan = try mutation.plan(stored: carts[mutation.cartID], committedAt: committedAt)
@@ -70,6 +94,10 @@ struct PostgresBatch: Sendable {
             return .failure(error)
         }
         let commit = plan.committed(seq: latest + 1)
+        if let (keyed, remembered) = mutation.remembered(commit) {
+            rememberedKeys[keyed.key] = remembered
+            keptKeys.append((keyed.key, commit.event.seq, remembered))
+        }
         let cartID = commit.event.cartID
         events.append(commit.event)
         encodedChanges.append(plan.encodedChange)
@@ -142,6 +170,9 @@ struct PostgresBatch: Sendable {
             latest: latest, touched: touchedIDs, touchedVersions: touchedIDs.map { carts[$0]?.version ?? 0 },
             lineCarts: lineCarts, lineSkus: lineSkus, quantities: quantities, prices: prices, named: named, names: names,
             positions: lineSeqs, goneCarts: goneCarts, goneSkus: goneSkus,
+            eventKeys: events.map { $0.idempotencyKey ?? "" }, keyScopes: keptKeys.map(\.key.scope), keys: keptKeys.map(\.key.key),
+            fingerprints: keptKeys.map(\.remembered.fingerprint), keySeqs: keptKeys.map(\.seq),
+            answers: keptKeys.map(\.remembered.commit),
             announcement: BatchAnnouncement.payload(previous: previous, latest: latest, events: events, changes: encodedChanges))
         // Its one row (the notification's) read to the end: only then is the statement done.
         for try await _ in try await connection.execute(write, logger: logger) {}
@@ -177,12 +208,37 @@ struct PostgresBatch: Sendable {
         }
     }
 
-    /// Everything a batch writes, as arrays, one element per event, cart or line.
+    /// The kept keys among `keys`, with their fingerprints and answers.
+    struct ReadKeys: PostgresPreparedStatement {
+        static let sql = """
+            SELECT k.scope, k.key, k.fingerprint, k.answer
+            FROM idempotency_keys k JOIN unnest($1::text[], $2::text[]) AS asked(scope, key) USING (scope, key)
+            """
+        let keys: [IdempotencyKey]
+        func makeBindings() -> PostgresBindings {
+            var binds = PostgresBindings()
+            binds.append(keys.map(\.scope))
+            binds.append(keys.map(\.key))
+            return binds
+        }
+        func decodeRow(_ row: PostgresRow) throws -> (String, String, String, String) {
+            try row.decode((String, String, String, String).self)
+        }
+    }
+
+    /// Everything a batch writes, as arrays, one element per event, cart, line or key.
     struct Write: PostgresPreparedStatement {
         static let sql = """
             WITH logged AS (
-                INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at)
-                SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])),
+                INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at, idempotency_key)
+                SELECT seq, cart_id, kind, change, version, at, NULLIF(key, '')
+                FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $20::text[])
+                    AS e(seq, cart_id, kind, change, version, at, key)),
+            kept AS (
+                INSERT INTO idempotency_keys (scope, key, fingerprint, seq, answer, created_at)
+                SELECT scope, key, fingerprint, seq, answer, $6[1]
+                FROM unnest($21::text[], $22::text[], $23::text[], $24::bigint[], $25::text[])
+                    AS k(scope, key, fingerprint, seq, answer)),
             seq AS (UPDATE event_seq SET latest = $7),
             cart AS (
                 INSERT INTO carts (id, version) SELECT * FROM unnest($8::text[], $9::bigint[])
@@ -206,6 +262,9 @@ struct PostgresBatch: Sendable {
         let lineCarts: [String], lineSkus: [String], quantities: [Int64], prices: [Int64], named: [Bool], names: [String],
             positions: [Int64]
         let goneCarts: [String], goneSkus: [String]
+        /// Each event's key ("" for none), and the keys kept, with what they answer.
+        let eventKeys: [String]
+        let keyScopes: [String], keys: [String], fingerprints: [String], keySeqs: [Int64], answers: [String]
         /// The notification's payload (`BatchAnnouncement`).
         let announcement: String
 
@@ -230,6 +289,12 @@ struct PostgresBatch: Sendable {
             binds.append(goneCarts)  // $17
             binds.append(goneSkus)  // $18
             binds.append(announcement)  // $19
+            binds.append(eventKeys)  // $20
+            binds.append(keyScopes)  // $21
+            binds.append(keys)  // $22
+            binds.append(fingerprints)  // $23
+            binds.append(keySeqs)  // $24
+            binds.append(answers)  // $25
             return binds
         }
         func decodeRow(_ row: PostgresRow) throws {}

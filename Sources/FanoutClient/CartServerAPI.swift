@@ -38,8 +38,10 @@ public struct CartServerAPI: Sendable {
     ///   - name: the line's display name.
     ///   - cartID: the cart.
     ///   - expectedVersion: the version the cart must be at (0: must not exist yet).
-    ///   - idempotencyKey: sent as `Idempotency-Key`: the server applies a write once per key,
-    ///     and answers a repeat with the first answer (a retry after a lost answer is safe).
+    ///   - idempotencyKey: sent as `Idempotency-Key`: the server makes the change once for this
+    ///     key, and answers a repeat (a retry after a lost answer) with the first answer; the key
+    ///     with another change is refused `idempotency_key_reused`. 1–255 characters `!`…`~`,
+    ///     checked before sending. The same for every write.
     public func addItem(
         _ sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil, to cartID: String, expectedVersion: Int64? = nil,
         idempotencyKey: String? = nil
@@ -98,7 +100,7 @@ public struct CartServerAPI: Sendable {
     ///
     /// - Parameters:
     ///   - expectedVersion: sent as `If-Match`.
-    ///   - idempotencyKey: sent as `Idempotency-Key`.
+    ///   - idempotencyKey: sent as `Idempotency-Key`, once checked (`invalid` otherwise, unsent).
     /// - Throws: `RemoteStoreError`.
     func send<Answer: Decodable>(
         _ method: String, _ path: String, body: (any Encodable)? = nil, expectedVersion: Int64? = nil, idempotencyKey: String? = nil,
@@ -107,6 +109,7 @@ public struct CartServerAPI: Sendable {
         guard let url = URL(string: path, relativeTo: baseURL)?.absoluteURL else {
             throw RemoteStoreError.unexpectedAnswer("cannot build a URL from \(baseURL) and \(path)")
         }
+        if let idempotencyKey { try Self.check { () throws(FanoutError) in try CartLimits.checkIdempotencyKey(idempotencyKey) } }
         var headers: [(String, String)] = [("Accept", "application/json")]
         if let token = try await credentials.token() { headers.append(("Authorization", "Bearer \(token)")) }
         if let expectedVersion { headers.append(("If-Match", "\(expectedVersion)")) }

@@ -271,7 +271,7 @@ package final class Replica: @unchecked Sendable {
         // Already applied (replayed after a resubscription, or its state was read over HTTP).
         guard event.version > cart.version else {
             state.seq = max(state.seq, event.seq)
-            settlePending(of: event.cartID, observers: observers)
+            settlePending(of: event.cartID, confirmedKey: event.idempotencyKey, observers: observers)
             resumeSeqWaiters()
             return
         }
@@ -293,7 +293,8 @@ package final class Replica: @unchecked Sendable {
         observers.registry.notify(where: { $0.isLoaded && $0.selection.contains(id) }) { observer, _ in
             observer.cartSource(store, didApply: event, to: after)
         }
-        settlePending(of: id, observers: observers)
+        // The event of one of this store's writes confirms it, even before its answer comes.
+        settlePending(of: id, confirmedKey: event.idempotencyKey, observers: observers)
     }
 
     /// Tells every observer that was not told the state yet, and whose carts the replica now

@@ -13,27 +13,37 @@ public struct CartEvent: Codable, Sendable, Hashable {
     /// The cart's version after this change.
     public var version: Int64
     public var committedAt: Date
+    /// The `Idempotency-Key` of the write that made this event, when it was sent with one: a
+    /// replica matches its pending write with the event that confirms it. Nil otherwise.
+    public var idempotencyKey: String?
     /// `change` as JSON (`EventJSON.change`), when the store already made it: the bytes of its
     /// log row, reused for every message that carries the event. Not part of the event's value.
     public internal(set) var encodedChange: String?
 
-    public init(seq: Int64, cartID: String, change: CartChange, version: Int64, committedAt: Date) {
+    public init(
+        seq: Int64, cartID: String, change: CartChange, version: Int64, committedAt: Date, idempotencyKey: String? = nil
+    ) {
         self.seq = seq
         self.cartID = cartID
         self.change = change
         self.version = version
         self.committedAt = committedAt
+        self.idempotencyKey = idempotencyKey
     }
 
     /// An event whose change is already encoded as JSON (read from, or written to, the log).
-    public init(seq: Int64, cartID: String, change: CartChange, encodedChange: String, version: Int64, committedAt: Date) {
-        self.init(seq: seq, cartID: cartID, change: change, version: version, committedAt: committedAt)
+    public init(
+        seq: Int64, cartID: String, change: CartChange, encodedChange: String, version: Int64, committedAt: Date,
+        idempotencyKey: String? = nil
+    ) {
+        self.init(
+            seq: seq, cartID: cartID, change: change, version: version, committedAt: committedAt, idempotencyKey: idempotencyKey)
         self.encodedChange = encodedChange
     }
 
     public static func == (lhs: CartEvent, rhs: CartEvent) -> Bool {
         lhs.seq == rhs.seq && lhs.cartID == rhs.cartID && lhs.change == rhs.change
-            && lhs.version == rhs.version && lhs.committedAt == rhs.committedAt
+            && lhs.version == rhs.version && lhs.committedAt == rhs.committedAt && lhs.idempotencyKey == rhs.idempotencyKey
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -42,6 +52,7 @@ public struct CartEvent: Codable, Sendable, Hashable {
         hasher.combine(change)
         hasher.combine(version)
         hasher.combine(committedAt)
+        hasher.combine(idempotencyKey)
     }
 
     public var kind: CartChange.Kind { change.kind }
@@ -53,6 +64,7 @@ public struct CartEvent: Codable, Sendable, Hashable {
         case change
         case version
         case committedAt
+        case idempotencyKey
     }
 
     public init(from decoder: any Decoder) throws {
@@ -62,6 +74,7 @@ public struct CartEvent: Codable, Sendable, Hashable {
         change = try container.decode(CartChange.self, forKey: .change)
         version = try container.decode(Int64.self, forKey: .version)
         committedAt = try container.decode(Date.self, forKey: .committedAt)
+        idempotencyKey = try container.decodeIfPresent(String.self, forKey: .idempotencyKey)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -72,6 +85,7 @@ public struct CartEvent: Codable, Sendable, Hashable {
         try container.encode(change, forKey: .change)
         try container.encode(version, forKey: .version)
         try container.encode(committedAt, forKey: .committedAt)
+        try container.encodeIfPresent(idempotencyKey, forKey: .idempotencyKey)
     }
 }
 

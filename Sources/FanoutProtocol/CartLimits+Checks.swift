@@ -39,6 +39,15 @@ extension CartLimits {
         }
     }
 
+    public static func checkIdempotencyKey(_ key: String) throws(FanoutError) {
+        guard isValidIdempotencyKey(key) else {
+            throw FanoutError(
+                .invalidIdempotencyKey,
+                "an Idempotency-Key is 1–\(maxIdempotencyKeyLength) characters of printable ASCII without spaces (got \(key.utf8.count) bytes)"
+            )
+        }
+    }
+
     /// Quotes user input for an error message without letting a huge value flood it.
     static func quoted(_ value: String) -> String {
         let shown = value.count > 80 ? String(value.prefix(80)) + "…" : value

@@ -8,6 +8,15 @@ public enum CartLimits {
     public static let maxNameLength = 200
     /// Keeps a cart's total far inside `Int64` (1 000 × 10 000 × 10⁹ = 10¹⁶).
     public static let maxItemsPerCart = 1_000
+    /// An `Idempotency-Key` is 1–255 characters of printable ASCII other than space (`!`…`~`),
+    /// as Stripe's keys are.
+    public static let maxIdempotencyKeyLength = 255
+
+    /// Whether `key` is an idempotency key: 1–255 bytes, each `!`…`~` (0x21–0x7E).
+    public static func isValidIdempotencyKey(_ key: String) -> Bool {
+        let bytes = key.utf8
+        return (1...maxIdempotencyKeyLength).contains(bytes.count) && bytes.allSatisfy { (0x21...0x7E).contains($0) }
+    }
 
     /// Cart ids and skus: 1–64 characters of `A-Za-z0-9._-`, other than `.` and `..` (which a
     /// URL's path cannot carry as a segment).

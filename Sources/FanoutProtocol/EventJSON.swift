@@ -17,7 +17,8 @@ public enum EventJSON {
 
     /// The event message `{"cartId",…,"type":"event",…}`, around the event's encoded change.
     public static func message(_ event: CartEvent) -> [UInt8] {
-        var json = JSONBytes(capacity: (event.encodedChange?.utf8.count ?? 96) + event.cartID.utf8.count + 128)
+        var json = JSONBytes(
+            capacity: (event.encodedChange?.utf8.count ?? 96) + event.cartID.utf8.count + (event.idempotencyKey?.utf8.count ?? 0) + 148)
         json.event(event, asMessage: true)
         return json.bytes
     }
@@ -34,7 +35,7 @@ public enum EventJSON {
 }
 
 extension JSONBytes {
-    /// `{"cartId","change","committedAt","kind","seq",["type":"event",]"version"}`: an event as
+    /// `{"cartId","change","committedAt",["idempotencyKey",]"kind","seq",["type":"event",]"version"}`: an event as
     /// the log pages carry it, or (`asMessage`) the event message every transport sends. The
     /// change is the event's encoded one, not encoded again.
     public mutating func event(_ event: CartEvent, asMessage: Bool) {
@@ -48,6 +49,10 @@ extension JSONBytes {
         }
         raw(#","committedAt":"#)
         raw(EventJSON.milliseconds(event.committedAt).utf8)
+        if let key = event.idempotencyKey {
+            raw(#","idempotencyKey":"#)
+            string(key)
+        }
         raw(#","kind":""#)
         raw(event.kind.rawValue.utf8)
         raw(#"","seq":"#)

@@ -15,6 +15,9 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
     case methodNotAllowed = "method_not_allowed"
     case notAcceptable = "not_acceptable"
     case notFound = "not_found"
+    /// An `Idempotency-Key` that is empty, longer than `CartLimits.maxIdempotencyKeyLength`, not
+    /// printable ASCII, or sent twice.
+    case invalidIdempotencyKey = "invalid_idempotency_key"
     // Who may ask.
     /// No credential where one is needed.
     case unauthorized = "unauthorized"
@@ -55,6 +58,9 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
     case sinceAhead = "since_ahead"
     /// The events after `since` were pruned: take a snapshot instead.
     case historyTooOld = "history_too_old"
+    /// An `Idempotency-Key` already used (by the same credential) for another request: another
+    /// cart, route or body. Nothing was written.
+    case idempotencyKeyReused = "idempotency_key_reused"
     // The store.
     /// Too many changes are already waiting to be written: retry shortly.
     case overloaded = "overloaded"
@@ -92,7 +98,7 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
     /// subscription.
     public var httpStatus: Int? {
         switch self {
-        case .malformedRequest, .invalidCarts, .tooManyCarts: 400
+        case .malformedRequest, .invalidCarts, .tooManyCarts, .invalidIdempotencyKey: 400
         case .unauthorized, .invalidToken: 401
         case .badToken, .originNotAllowed, .forbiddenCart, .insufficientScope: 403
         case .notFound, .cartNotFound, .itemNotFound: 404
@@ -105,7 +111,9 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
         case .bodyTooLarge: 413
         case .uriTooLong: 414
         case .hostNotAllowed: 421
-        case .invalidCartID, .invalidSKU, .invalidQuantity, .invalidPrice, .invalidName, .invalidLimit, .invalidSince, .invalidWait: 422
+        case .invalidCartID, .invalidSKU, .invalidQuantity, .invalidPrice, .invalidName, .invalidLimit, .invalidSince, .invalidWait,
+            .idempotencyKeyReused:
+            422
         case .headersTooLarge: 431
         case .internalError: 500
         case .overloaded, .storeUnavailable, .schemaTooNew, .databaseInUse, .notAFanoutDatabase, .shuttingDown, .serverFull: 503
@@ -144,7 +152,8 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
         switch self {
         case .invalidCartID, .invalidSKU, .invalidQuantity, .invalidPrice, .invalidName, .invalidLimit, .invalidSince,
             .cartNotFound, .itemNotFound, .quantityOverflow, .tooManyItems, .versionConflict, .sinceAhead, .historyTooOld,
-            .overloaded, .storageFull, .storeUnavailable, .schemaTooNew, .databaseInUse, .notAFanoutDatabase:
+            .invalidIdempotencyKey, .idempotencyKeyReused, .overloaded, .storageFull, .storeUnavailable, .schemaTooNew, .databaseInUse,
+            .notAFanoutDatabase:
             true
         default:
             false

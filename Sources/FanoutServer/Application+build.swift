@@ -105,7 +105,11 @@ func buildApplication(
             address: .hostname(configuration.host, port: configuration.port), serverName: "fanout",
             availableConnectionsDelegate: configuration.maxConnections.map { MaximumAvailableConnections($0, logger: logger) }),
         // The store's (PostgreSQL's pool and follower) first.
-        services: [storeService].compactMap { $0 } + [HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval)],
+        services: [storeService].compactMap { $0 } + [
+            HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval),
+            IdempotencyKeyPruner(
+                store: store, timeToLive: configuration.idempotencyKeysTTL, maxKeys: configuration.idempotencyKeysMax, logger: logger),
+        ],
         onServerRunning: { channel in
             await onServerRunning(channel.localAddress?.port ?? configuration.port)
         },

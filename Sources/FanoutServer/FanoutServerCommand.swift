@@ -78,6 +78,18 @@ struct FanoutServerCommand: AsyncParsableCommand {
         help: "A Host name to answer to besides localhost and loopback addresses, e.g. carts.internal (repeatable).")
     var allowedHosts: [String] = []
 
+    @Option(
+        name: .customLong("idempotency-keys-ttl"),
+        help: ArgumentHelp(
+            "Seconds a change's Idempotency-Key is kept to answer a repeat (fractions allowed); pruned within a minute after.",
+            valueName: "seconds"))
+    var idempotencyKeysTtl: Double = 86_400
+
+    @Option(
+        name: .customLong("idempotency-keys-max"),
+        help: ArgumentHelp("Most Idempotency-Keys kept; past it the oldest are forgotten first.", valueName: "keys"))
+    var idempotencyKeysMax: Int = 1_000_000
+
     @Option(help: "trace, debug, info, notice, warning, error or critical (or set LOG_LEVEL).")
     var logLevel: String?
 
@@ -89,6 +101,8 @@ struct FanoutServerCommand: AsyncParsableCommand {
         }
         guard ringSize >= 1 else { throw ValidationError("--ring-size must be ≥ 1") }
         guard maxSubscribers >= 1 else { throw ValidationError("--max-subscribers must be ≥ 1") }
+        guard idempotencyKeysTtl.isFinite, idempotencyKeysTtl > 0 else { throw ValidationError("--idempotency-keys-ttl must be > 0") }
+        guard idempotencyKeysMax >= 1 else { throw ValidationError("--idempotency-keys-max must be ≥ 1") }
         if let secret = signing.secret(environment: ProcessInfo.processInfo.environment), let weakness = TokenKeys.weakness(of: secret) {
             FileHandle.standardError.write(Data("warning: \(weakness)\n".utf8))
         }
@@ -109,6 +123,8 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.leaseTTL = .seconds(leaseTtl)
         configuration.ringSize = ringSize
         configuration.maxSubscribers = maxSubscribers
+        configuration.idempotencyKeysTTL = .seconds(idempotencyKeysTtl)
+        configuration.idempotencyKeysMax = idempotencyKeysMax
         configuration.token = token ?? environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         configuration.jwtSecret = signing.secret(environment: environment)
         configuration.jwtAudience = jwtAudience

@@ -44,6 +44,10 @@ struct ServerConfiguration: Sendable {
     var maxConnections: Int?
     /// How long a keep-alive HTTP connection may sit idle between requests.
     var idleTimeout: Duration = .seconds(60)
+    /// How long a change's `Idempotency-Key` is kept, to answer a repeat (`--idempotency-keys-ttl`).
+    var idempotencyKeysTTL: Duration = .seconds(24 * 3600)
+    /// The most idempotency keys kept; past it the oldest go (`--idempotency-keys-max`).
+    var idempotencyKeysMax = 1_000_000
 }
 
 extension Duration {

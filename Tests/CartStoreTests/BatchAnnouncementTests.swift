@@ -31,6 +31,24 @@ struct BatchAnnouncementTests {
         #expect(announcement.events()?.map(\.encodedChange) == events.map { EventJSON.change($0.change) })
     }
 
+    /// A keyed write's event carries its key across servers; a line without one (an older
+    /// server's, or an event without a key) is read as before.
+    @Test func anEventsIdempotencyKeyTravelsAndAnOlderLineStillReads() throws {
+        var events = Self.events(after: 9, 3)
+        events[1].idempotencyKey = "order-7:\"retry\"~"
+        let payload = Self.payload(events, previous: 9)
+        #expect(payload.split(separator: "\n")[2].hasSuffix("\torder-7:\"retry\"~"))
+        let announcement = try #require(BatchAnnouncement(payload))
+        #expect(announcement.events() == events)
+        #expect(announcement.events()?.map(\.idempotencyKey) == [nil, "order-7:\"retry\"~", nil])
+        // As a server without keys wrote it: five fields a line.
+        let older = "9 10\n10\tc1\t1\t1700000000001\t" + EventJSON.change(.cartCleared)
+        let olderAnnouncement = try #require(BatchAnnouncement(older))
+        let read = try #require(olderAnnouncement.events())
+        #expect(read.map(\.seq) == [10])
+        #expect(read.first?.idempotencyKey == nil)
+    }
+
     @Test func aBatchTooLargeForANotificationCarriesOnlyItsSeqs() throws {
         let events = Self.events(after: 0, 64, name: String(repeating: "n", count: 200))
         let payload = Self.payload(events, previous: 0)

@@ -14,6 +14,8 @@ final class SubscribeProcess: Sendable {
         /// For a snapshot part: how many carts it carries, and whether more parts follow.
         var carts = 0
         var more = false
+        /// For an event made with an `Idempotency-Key`: the key.
+        var idempotencyKey: String?
     }
 
     /// What the pipe's handler and the test share.
@@ -48,7 +50,9 @@ final class SubscribeProcess: Sendable {
                 guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
                     let type = object["type"] as? String, let seq = (object["seq"] as? NSNumber)?.int64Value
                 else { return nil }
-                return Line(type: type, seq: seq, carts: (object["carts"] as? [Any])?.count ?? 0, more: object["more"] as? Bool ?? false)
+                return Line(
+                    type: type, seq: seq, carts: (object["carts"] as? [Any])?.count ?? 0, more: object["more"] as? Bool ?? false,
+                    idempotencyKey: object["idempotencyKey"] as? String)
             }
             shared.lines.withLockedValue { $0 += parsed }
         }

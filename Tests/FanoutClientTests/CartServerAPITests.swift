@@ -26,6 +26,7 @@ struct CartServerAPITests {
             ),
             ("cart id", { _ = try await Self.nowhere.addItem("s", quantity: 1, unitPriceCents: 1, to: "..") }, .invalidCartID),
             ("set quantity", { _ = try await Self.nowhere.setQuantity(of: "s", to: -1, in: "a") }, .invalidQuantity),
+            ("idempotency key", { _ = try await Self.nowhere.clear("a", idempotencyKey: "with space") }, .invalidIdempotencyKey),
         ]
         for (what, call, code) in cases {
             await #expect(throws: RemoteStoreError.self, "\(what)") {
@@ -54,6 +55,27 @@ struct CartServerAPITests {
             #expect(error.code == .versionConflict)
             #expect(error.currentVersion == 2)
         }
+        await server.stop()
+    }
+
+    /// A write retried with its idempotency key (its answer lost) is made once, and answered the
+    /// first answer; the key with another write is refused.
+    @Test func aWriteRetriedWithItsKeyIsMadeOnce() async throws {
+        let server = try ServerUnderTest()
+        let api = CartServerAPI(baseURL: server.url)
+        let first = try await api.addItem("a", quantity: 2, unitPriceCents: 5, to: "c", idempotencyKey: "add-a")
+        let retried = try await api.addItem("a", quantity: 2, unitPriceCents: 5, to: "c", idempotencyKey: "add-a")
+        #expect(retried == first)
+        #expect(try await api.cart("c").cart.items.map(\.quantity) == [2], "added once")
+        let cleared = try await api.clear("c", idempotencyKey: "clear")
+        #expect(try await api.clear("c", idempotencyKey: "clear") == cleared)
+        do {
+            _ = try await api.removeItem("a", from: "c", idempotencyKey: "add-a")
+            Issue.record("a key reused for another write went through")
+        } catch let error as RemoteStoreError {
+            #expect(error.code == .idempotencyKeyReused)
+        }
+        #expect(try await api.cart("c").seq == 2)
         await server.stop()
     }
 }

@@ -248,7 +248,7 @@ struct HTTPAPITests {
             try await client.execute(uri: "/carts/c/items", method: .post, headers: headers, body: add) { response in
                 #expect(response.status == .ok)
                 #expect(response.headers[.accessControlAllowOrigin] == "http://localhost:3000")
-                #expect(response.headers[.accessControlExposeHeaders] == "ETag")
+                #expect(response.headers[.accessControlExposeHeaders] == "ETag, Idempotent-Replayed")
             }
             // Errors too, or the page could not read why.
             try await client.execute(uri: "/carts", method: .get, headers: [.origin: "http://localhost:3000"]) { response in

@@ -13,6 +13,9 @@ package struct CartMutation: Sendable {
     /// The store's validators: they see the change before anything is written, and a throw
     /// refuses it. The engine runs them inside its transaction through `plan`, never the store.
     package let validate: @Sendable (CartChangeProposal) throws -> Void
+    /// The key it was made with: the engine looks it up first, in the same transaction, and
+    /// keeps it with the commit (`RememberedCommit`).
+    package let keyed: KeyedRequest?
 
     /// What the mutation writes, given the cart as stored (nil: none yet): the change, its JSON
     /// (the log row's and every message's), the event without its seq, and the cart after.
@@ -32,7 +35,7 @@ package struct CartMutation: Sendable {
         let encodedChange = EventJSON.change(change)
         let event = CartEvent(
             seq: 0, cartID: cartID, change: change, encodedChange: encodedChange,
-            version: before.version + 1, committedAt: Date(millisecondsSince1970: committedAt))
+            version: before.version + 1, committedAt: Date(millisecondsSince1970: committedAt), idempotencyKey: keyed?.key.key)
         var after = before
         after.apply(event)
         // Validators see the outcome before anything is written.
@@ -53,5 +56,12 @@ package struct MutationPlan: Sendable {
         var event = self.event
         event.seq = seq
         return CartCommit(cart: after, event: event)
+    }
+}
+
+extension CartMutation {
+    /// What the engine keeps beside the mutation's key, when it has one, once `commit` is made.
+    package func remembered(_ commit: CartCommit) -> (KeyedRequest, RememberedCommit)? {
+        keyed.map { ($0, RememberedCommit(fingerprint: $0.fingerprint, commit: RememberedCommit.json(commit))) }
     }
 }

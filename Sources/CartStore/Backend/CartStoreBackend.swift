@@ -33,6 +33,8 @@ package protocol CartStoreBackend: Sendable {
     func oldestRetainedSeq() async throws -> Int64
     func pruneEvents(keepingLast count: Int) async throws -> Int
     func pruneEvents(committedBefore date: Date) async throws -> Int
+    /// Forgets the idempotency keys made before `date`, and all but the newest `count` (by seq).
+    func pruneIdempotencyKeys(createdBefore date: Date, keepingNewest count: Int) async throws -> Int
 
     /// Changes queued for the writer and not yet taken into a transaction.
     var waitingChanges: Int { get }

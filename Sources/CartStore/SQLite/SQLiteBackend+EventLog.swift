@@ -35,6 +35,21 @@ extension SQLiteBackend {
         }
     }
 
+    func pruneIdempotencyKeys(createdBefore date: Date, keepingNewest count: Int) async throws -> Int {
+        try await writer.write { db in
+            try db.execute(sql: "DELETE FROM idempotency_keys WHERE created_at < ?", arguments: [date.millisecondsSince1970])
+            var forgotten = db.changesCount
+            // The newest `count` by seq: the seq of the first one older than them, found through the index.
+            try db.execute(
+                sql: """
+                    DELETE FROM idempotency_keys
+                    WHERE seq <= (SELECT seq FROM idempotency_keys ORDER BY seq DESC LIMIT 1 OFFSET ?)
+                    """, arguments: [count])
+            forgotten += db.changesCount
+            return forgotten
+        }
+    }
+
     static func readEvents(after seq: Int64, limit: Int, carts: Set<String>?, _ db: Database) throws -> EventLogRead {
         let (latest, oldestRetained) = try logBounds(db)
         if let refusal = try EventLogRead.refusal(since: seq, latest: latest, oldestRetained: oldestRetained) {
@@ -46,19 +61,23 @@ extension SQLiteBackend {
         if let carts {
             statement = try db.cachedStatement(
                 sql: """
-                    SELECT seq, cart_id, change, cart_version, committed_at FROM cart_events
+                    SELECT seq, cart_id, change, cart_version, committed_at, idempotency_key FROM cart_events
                     WHERE seq > ? AND cart_id IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?
                     """)
             arguments = [seq, jsonArray(carts), limit]
         } else {
             statement = try db.cachedStatement(
-                sql: "SELECT seq, cart_id, change, cart_version, committed_at FROM cart_events WHERE seq > ? ORDER BY seq LIMIT ?")
+                sql:
+                    "SELECT seq, cart_id, change, cart_version, committed_at, idempotency_key FROM cart_events WHERE seq > ? ORDER BY seq LIMIT ?"
+            )
             arguments = [seq, limit]
         }
         var events: [CartEvent] = []
         let rows = try Row.fetchCursor(statement, arguments: arguments)
         while let row = try rows.next() {
-            events.append(try .stored(seq: row[0], cartID: row[1], change: row[2], version: row[3], committedAt: row[4]))
+            events.append(
+                try .stored(
+                    seq: row[0], cartID: row[1], change: row[2], version: row[3], committedAt: row[4], idempotencyKey: row[5]))
         }
         return .events(events, latestSeq: latest)
     }

@@ -192,7 +192,8 @@ final class SQLiteBackend: CartStoreBackend {
                 for mutation in batch { mutation.caller.resume(throwing: error) }
                 continue
             }
-            let events = outcomes.compactMap { try? $0.get().event }
+            // A repeated key's answer is an earlier commit's: nothing new to deliver.
+            let events = outcomes.compactMap { outcome in (try? outcome.get()).flatMap { $0.isReplay ? nil : $0.event } }
             recent.didCommit(events)
             for event in events { sink?.deliver(event) }
             for (mutation, outcome) in zip(batch, outcomes) {
@@ -214,17 +215,23 @@ final class SQLiteBackend: CartStoreBackend {
         Self.shrinkLog(db)
     }
 
-    /// One mutation, inside the batch's transaction: the cart read, the plan, its rows written.
+    /// One mutation, inside the batch's transaction: its key looked up (a repeat is answered
+    /// from it and writes nothing), the cart read, the plan, its rows written, and its key kept.
     private static func apply(_ mutation: CartMutation, _ db: Database) throws -> CartCommit {
+        if let keyed = mutation.keyed, let remembered = try rememberedCommit(keyed.key, db) {
+            return try remembered.answer(to: keyed)
+        }
         let plan = try mutation.plan(stored: try loadCart(mutation.cartID, db), committedAt: Date().millisecondsSince1970)
         let event = plan.event
         // Every statement of a mutation is prepared once per connection and reused: parsing
         // and planning SQL was a sixth of a mutation's CPU.
         try db.cachedStatement(
             sql: """
-                INSERT INTO cart_events (cart_id, kind, change, cart_version, committed_at) VALUES (?, ?, ?, ?, ?)
+                INSERT INTO cart_events (cart_id, kind, change, cart_version, committed_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?)
                 """
-        ).execute(arguments: [event.cartID, event.kind.rawValue, plan.encodedChange, event.version, plan.committedAt])
+        ).execute(arguments: [
+            event.cartID, event.kind.rawValue, plan.encodedChange, event.version, plan.committedAt, event.idempotencyKey,
+        ])
         let seq = db.lastInsertedRowID
         try db.cachedStatement(
             sql: """
@@ -232,7 +239,25 @@ final class SQLiteBackend: CartStoreBackend {
                 """
         ).execute(arguments: [event.cartID, plan.after.version])
         try write(event.change, of: event.cartID, position: seq, db)
-        return plan.committed(seq: seq)
+        let commit = plan.committed(seq: seq)
+        if let (keyed, remembered) = mutation.remembered(commit) {
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO idempotency_keys (scope, key, fingerprint, seq, answer, created_at) VALUES (?, ?, ?, ?, ?, ?)
+                    """
+            ).execute(arguments: [
+                keyed.key.scope, keyed.key.key, remembered.fingerprint, seq, remembered.commit, plan.committedAt,
+            ])
+        }
+        return commit
+    }
+
+    /// The commit kept with `key`, if it is kept.
+    private static func rememberedCommit(_ key: IdempotencyKey, _ db: Database) throws -> RememberedCommit? {
+        let row = try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT fingerprint, answer FROM idempotency_keys WHERE scope = ? AND key = ?"),
+            arguments: [key.scope, key.key])
+        return row.map { RememberedCommit(fingerprint: $0[0], commit: $0[1]) }
     }
 
     private static func write(_ change: CartChange, of cartID: String, position: Int64, _ db: Database) throws {

@@ -1,11 +1,14 @@
 import CartStore
 import Foundation
+import HTTPTypes
 import Hummingbird
 
 /// The cart API: read carts, and change them (each change one event). Bodies and answers are
 /// FanoutProtocol's types, the ones `fanout-client` decodes. Each handler holds the request to
 /// its credential's `Grant` (set by `AccessMiddleware`) before it touches the store: a list is
-/// of the carts it may see, a read or change of another cart is 403.
+/// of the carts it may see, a read or change of another cart is 403. A change sent with an
+/// `Idempotency-Key` is made once per key and credential; a repeat gets the first answer again,
+/// marked `Idempotent-Replayed: true` (see `IdempotencyKey`).
 struct CartController: Sendable {
     let store: CartStore
     let hub: FanoutHub
@@ -40,10 +43,11 @@ struct CartController: Sendable {
     @Sendable func add(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let cartID = try context.parameters.require("cartID")
         try context.grant.checkWrite(cartID)
+        let key = try Self.idempotencyKey(request, context: context)
         let body = try await request.decodeJSON(AddItemRequest.self, context: context)
         let commit = try await store.addItem(
             cartID: cartID, sku: body.sku, quantity: body.quantity, unitPriceCents: body.unitPriceCents,
-            name: body.name, expectedVersion: try Self.expectedVersion(request))
+            name: body.name, expectedVersion: try Self.expectedVersion(request), idempotencyKey: key)
         return try respond(to: commit, request: request, context: context)
     }
 
@@ -51,9 +55,11 @@ struct CartController: Sendable {
         let cartID = try context.parameters.require("cartID")
         try context.grant.checkWrite(cartID)
         let sku = try context.parameters.require("sku")
+        let key = try Self.idempotencyKey(request, context: context)
         let body = try await request.decodeJSON(SetQuantityRequest.self, context: context)
         let commit = try await store.setQuantity(
-            cartID: cartID, sku: sku, quantity: body.quantity, expectedVersion: try Self.expectedVersion(request))
+            cartID: cartID, sku: sku, quantity: body.quantity, expectedVersion: try Self.expectedVersion(request),
+            idempotencyKey: key)
         return try respond(to: commit, request: request, context: context)
     }
 
@@ -61,14 +67,18 @@ struct CartController: Sendable {
         let cartID = try context.parameters.require("cartID")
         try context.grant.checkWrite(cartID)
         let sku = try context.parameters.require("sku")
-        let commit = try await store.removeItem(cartID: cartID, sku: sku, expectedVersion: try Self.expectedVersion(request))
+        let commit = try await store.removeItem(
+            cartID: cartID, sku: sku, expectedVersion: try Self.expectedVersion(request),
+            idempotencyKey: try Self.idempotencyKey(request, context: context))
         return try respond(to: commit, request: request, context: context)
     }
 
     @Sendable func clear(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let cartID = try context.parameters.require("cartID")
         try context.grant.checkWrite(cartID)
-        let commit = try await store.clearCart(cartID: cartID, expectedVersion: try Self.expectedVersion(request))
+        let commit = try await store.clearCart(
+            cartID: cartID, expectedVersion: try Self.expectedVersion(request),
+            idempotencyKey: try Self.idempotencyKey(request, context: context))
         return try respond(to: commit, request: request, context: context)
     }
 
@@ -78,7 +88,23 @@ struct CartController: Sendable {
             cart: commit.cart, seq: commit.event.seq, deliveredTo: hub.deliveredCount(seq: commit.event.seq))
         var response = try body.response(from: request, context: context)
         response.headers[.eTag] = "\"\(commit.cart.version)\""
+        if commit.isReplay { response.headers[.idempotentReplayed] = "true" }
         return response
+    }
+
+    /// The request's `Idempotency-Key`, in the scope of its credential (a signed token's `sub`;
+    /// "" for the operator's token or an open server): one user's key never answers another's.
+    /// The key is the field's value, Stripe's form (`Idempotency-Key: 8e03…`), or the httpapi
+    /// draft's string (`Idempotency-Key: "8e03…"`), whose quotes are not part of the key. More
+    /// than one such field, or a key outside the rule, is 400 `invalid_idempotency_key`.
+    static func idempotencyKey(_ request: Request, context: FanoutRequestContext) throws -> IdempotencyKey? {
+        let values = request.headers[values: .idempotencyKey]
+        guard var key = values.first else { return nil }
+        guard values.count == 1 else {
+            throw APIError(.invalidIdempotencyKey, "send one Idempotency-Key field (got \(values.count))")
+        }
+        if key.utf8.count >= 2, key.hasPrefix("\""), key.hasSuffix("\"") { key = String(key.dropFirst().dropLast()) }
+        return try IdempotencyKey(key, scope: context.grant.subject ?? "")
     }
 
     /// `If-Match: 3` or `If-Match: "3"` (the ETag the API returns): the cart must be at that
@@ -94,4 +120,11 @@ struct CartController: Sendable {
         }
         return version
     }
+}
+
+extension HTTPField.Name {
+    /// The key of an exactly-once change (draft-ietf-httpapi-idempotency-key-header).
+    static let idempotencyKey = Self("Idempotency-Key")!
+    /// On the answer to a change that repeated a key: the first answer, given again (Stripe's name).
+    static let idempotentReplayed = Self("Idempotent-Replayed")!
 }

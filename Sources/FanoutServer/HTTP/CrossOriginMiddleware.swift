@@ -17,7 +17,7 @@ struct CrossOriginMiddleware<Context: RequestContext>: RouterMiddleware {
         if request.method == .options, request.headers[.accessControlRequestMethod] != nil {
             var response = Response(status: .noContent)
             response.headers[.accessControlAllowMethods] = "GET, HEAD, POST, PATCH, DELETE"
-            response.headers[.accessControlAllowHeaders] = "Authorization, Content-Type, If-Match"
+            response.headers[.accessControlAllowHeaders] = "Authorization, Content-Type, If-Match, Idempotency-Key"
             response.headers[.accessControlMaxAge] = "600"
             return Self.allowing(origin, response)
         }
@@ -31,7 +31,7 @@ struct CrossOriginMiddleware<Context: RequestContext>: RouterMiddleware {
     private static func allowing(_ origin: String, _ response: Response) -> Response {
         var response = response
         response.headers[.accessControlAllowOrigin] = origin
-        response.headers[.accessControlExposeHeaders] = "ETag"
+        response.headers[.accessControlExposeHeaders] = "ETag, Idempotent-Replayed"
         response.headers[values: .vary].append("Origin")
         return response
     }
