@@ -82,16 +82,22 @@ public enum ServerMessage: Sendable, Hashable {
         /// Seconds without any client message after which the server drops the subscriber.
         public var leaseTTL: Double
         public var latestSeq: Int64
+        /// The identity of the server's database, made when the database was created: a client
+        /// that keeps carts across runs knows by it whether its copy is of this database (a
+        /// restored backup or another server's keeps its seqs, but not this). Nil from a server
+        /// that does not say it.
+        public var databaseID: String?
 
-        public init(subscriberID: String, heartbeatInterval: Double, leaseTTL: Double, latestSeq: Int64) {
+        public init(subscriberID: String, heartbeatInterval: Double, leaseTTL: Double, latestSeq: Int64, databaseID: String? = nil) {
             self.subscriberID = subscriberID
             self.heartbeatInterval = heartbeatInterval
             self.leaseTTL = leaseTTL
             self.latestSeq = latestSeq
+            self.databaseID = databaseID
         }
 
         enum CodingKeys: String, CodingKey {
-            case subscriberID = "subscriberId", heartbeatInterval, leaseTTL = "leaseTtl", latestSeq
+            case subscriberID = "subscriberId", heartbeatInterval, leaseTTL = "leaseTtl", latestSeq, databaseID = "databaseId"
         }
 
         /// How often a client heartbeats: the announced interval, but never more than 20 times a
