@@ -68,7 +68,8 @@ let package = Package(
         // The weak observer set (the multicast delegate) that CartStore and FanoutClient share.
         .target(name: "WeakObservers", dependencies: [.product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
         // A remote cart store: a live replica of a fanout-server's carts, observed like a
-        // CartStore. Foundation and SwiftNIO only, so that apps on every platform can import it.
+        // CartStore, kept in a file if asked. Foundation, SwiftNIO and GRDB only, so that apps on
+        // every platform can import it.
         .target(
             name: "FanoutClient",
             dependencies: [
@@ -80,6 +81,8 @@ let package = Package(
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                // The replica's cache file (`RemoteCartStore(cacheFile:)`), as CartStore's SQLite.
+                .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         .target(name: "ProcessSignals"),

@@ -22,6 +22,9 @@ public final class ObservedCarts: MainActorCartObserver {
     public private(set) var carts: [Cart] = []
     /// Whether the store has told it its carts' state yet.
     public private(set) var isLoaded = false
+    /// Whether `carts` are as the store's cache file kept them, the server not reached yet since
+    /// (false once the connection is `live`).
+    public private(set) var isFromCache = false
     /// The store's connection.
     public private(set) var connection: CartConnectionState
     /// Carts the server refused to the store's credentials, and why.
@@ -58,6 +61,12 @@ public final class ObservedCarts: MainActorCartObserver {
         isLoaded = true
     }
 
+    public func cartSource(_ source: any CartSource, didLoadFromCache carts: [Cart]) {
+        self.carts = carts
+        isLoaded = true
+        isFromCache = true
+    }
+
     public func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {
         // With pending writes, what to show comes next (`didChangePending`).
         guard pending[cart.id] == nil else { return }
@@ -89,6 +98,7 @@ public final class ObservedCarts: MainActorCartObserver {
 
     public func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState) {
         connection = state
+        if state == .live { isFromCache = false }
     }
 
     public func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {

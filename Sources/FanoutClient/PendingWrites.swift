@@ -25,6 +25,8 @@ struct PendingWrites {
     /// The outcomes of the last writes that ended, oldest first (at most `rememberedOutcomes`).
     private var outcomes: [String: WriteOutcome] = [:]
     private var outcomeOrder: [String] = []
+    /// Writes ended since the cache file was last told (`takeEnded`).
+    private var endedUnsaved: [String] = []
     /// Who waits for a write's outcome, by its id.
     var waiting: [String: [CheckedContinuation<WriteOutcome, Never>]] = [:]
 
@@ -54,6 +56,7 @@ struct PendingWrites {
     mutating func end(_ id: String, _ outcome: WriteOutcome) -> PendingWrite? {
         guard let index = entries.firstIndex(where: { $0.write.id == id }) else { return nil }
         let ended = entries.remove(at: index).write
+        endedUnsaved.append(id)
         outcomes[id] = outcome
         outcomeOrder.append(id)
         if outcomeOrder.count > RemoteCartStore.rememberedOutcomes {
@@ -73,6 +76,12 @@ struct PendingWrites {
         }
         for entry in done { end(entry.write.id, .confirmed(seq: entry.answeredSeq ?? appliedSeq)) }
         return !done.isEmpty
+    }
+
+    /// The writes ended since the last call.
+    mutating func takeEnded() -> [String] {
+        defer { endedUnsaved = [] }
+        return endedUnsaved
     }
 
     func outcome(of id: String) -> WriteOutcome? {
@@ -98,6 +107,7 @@ extension Replica {
             throw RemoteStoreError.tooManyPendingWrites(RemoteCartStore.maxPendingWrites)
         }
         state.pending.append(write)
+        file?.addPending(write)
         tellPending(of: write.cartID, observers: observers)
     }
 
@@ -149,6 +159,7 @@ extension Replica {
 
     /// Tells the observers of `cartID` its pending writes and the cart to show. Under the lock.
     func tellPending(of cartID: String, observers: RemoteCartStore.Observers) {
+        for id in state.pending.takeEnded() { file?.removePending(id) }
         guard !state.closed, let store = store.withLockedValue(\.store) else { return }
         let pending = state.pending.of(cartID)
         let shown = (state.carts[cartID] ?? Cart(id: cartID)).applying(pending)

@@ -46,9 +46,14 @@ public final class RemoteCartStore: CartSource {
     ///   - transport: WebSocket (the default), or Server-Sent Events where a WebSocket cannot pass.
     ///   - credentials: the token, or how to get a fresh one before each connection.
     ///   - releaseCheckInterval: how often released observers are looked for.
+    ///   - cacheFile: a file to keep the replica in between runs (SQLite; made if missing):
+    ///     the carts followed and their seq, the server database's identity, and the writes not
+    ///     yet confirmed. Restored from it, observers get the carts at once
+    ///     (`didLoadFromCache`) and the store resumes after their seq; a file of another server
+    ///     or database, or one that cannot be read, is started anew (`cacheState` says why).
     public init(
         server: URL, transport: FanoutSubscription.Transport = .webSocket, credentials: Credentials = .none,
-        releaseCheckInterval: Duration = .seconds(1)
+        releaseCheckInterval: Duration = .seconds(1), cacheFile: URL? = nil
     ) {
         self.server = CartServerAPI(baseURL: server, credentials: credentials)
         subscription = FanoutSubscription(server: server, transport: transport, credentials: credentials)
@@ -61,6 +66,8 @@ public final class RemoteCartStore: CartSource {
         let observers = Observers(replica: replica, interestChanged: { reconsider.yield() })
         self.observers = observers
         replica.store.withLockedValue { $0 = WeakStore(store: self) }
+        let restoredPending = cacheFile.map { self.replica.restore(from: $0, server: server) } ?? false
+        if restoredPending { sendPending.yield() }
         let replica = replica
         let subscription = subscription
         let api = self.server
@@ -127,6 +134,16 @@ public final class RemoteCartStore: CartSource {
     /// The connection, now.
     public var connectionState: ConnectionState {
         replica.read(\.connection)
+    }
+
+    /// What the store made of its cache file (`cacheFile`), and whether saving to it works.
+    public var cacheState: ReplicaCacheState {
+        replica.cacheState
+    }
+
+    /// Whether the carts held are those of the cache file, the server not reached since.
+    public var isFromCache: Bool {
+        replica.read(\.fromCache)
     }
 }
 

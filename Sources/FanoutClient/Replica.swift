@@ -41,6 +41,10 @@ package final class Replica: @unchecked Sendable {
         var pending = PendingWrites()
         /// Callers of `applied(through:)` waiting for the replica to reach a seq.
         var seqWaiters: [(seq: Int64, continuation: CheckedContinuation<Void, Never>)] = []
+        /// The carts came from the cache file and the server has not been reached since.
+        var fromCache = false
+        /// The identity of the server's database the carts are of (its welcome's `databaseId`).
+        var databaseID: String?
     }
 
     /// A cart the server refused, and when.
@@ -51,7 +55,38 @@ package final class Replica: @unchecked Sendable {
 
     let lock = NSRecursiveLock()
     var state = State()
+    /// Where the replica is kept between runs, if anywhere (set before the store's tasks start).
+    private(set) var file: ReplicaFile?
+    private(set) var openedCache = ReplicaCacheState.none
     let store = NIOLockedValueBox(WeakStore())
+
+    /// Opens the cache file and restores what it holds, before the store's tasks start: the
+    /// carts (observers are told them at once, `didLoadFromCache`), their seq (the store resumes
+    /// after it) and the writes still pending (sent again, with their keys). Returns whether any
+    /// write is pending.
+    func restore(from url: URL, server: URL) -> Bool {
+        lock.withLock {
+            let (file, saved, cacheState) = ReplicaFile.open(url, server: server)
+            self.file = file
+            openedCache = cacheState
+            guard let saved else { return false }
+            if let covered = saved.covered, let seq = saved.seq {
+                state.carts = saved.carts
+                state.covered = covered
+                state.seq = seq
+                state.databaseID = saved.databaseID
+                state.loaded = true
+                state.fromCache = true
+            }
+            for write in saved.pending { state.pending.append(write) }
+            return !saved.pending.isEmpty
+        }
+    }
+
+    /// What the store made of its cache file, and whether saving to it still works.
+    var cacheState: ReplicaCacheState {
+        lock.withLock { file?.failure.map { .failing($0) } ?? openedCache }
+    }
 
     /// Named carts above this many are read with one `GET /carts` rather than one request each.
     static let fetchOneByOneLimit = 20
@@ -85,7 +120,8 @@ package final class Replica: @unchecked Sendable {
         guard state.loaded, let store, served != .carts([]) || interest.selection == .carts([]) else { return false }
         interest.markLoaded()
         let carts = Self.carts(of: interest.selection, in: state.carts)
-        set.notify(only: observer) { $0.cartSource(store, didLoad: carts) }
+        let fromCache = state.fromCache
+        set.notify(only: observer) { fromCache ? $0.cartSource(store, didLoadFromCache: carts) : $0.cartSource(store, didLoad: carts) }
         tellPending(to: observer, interest, in: set)
         return false
     }
@@ -115,8 +151,12 @@ package final class Replica: @unchecked Sendable {
         guard !read(\.closed) else { return nil }
         guard let allWanted = observers.wanted else {
             lock.withLock {
-                // Nothing followed any more; the writes not yet confirmed, and who waits, stay.
-                state = State(connection: state.connection, pending: state.pending, seqWaiters: state.seqWaiters)
+                // Nothing followed any more; the writes not yet confirmed, and who waits, stay, and
+                // carts restored from the cache file wait for the observers they are kept for.
+                if !state.fromCache {
+                    state = State(
+                        connection: state.connection, pending: state.pending, seqWaiters: state.seqWaiters, databaseID: state.databaseID)
+                }
                 setConnection(.idle, observers: observers)
             }
             return nil
@@ -167,6 +207,9 @@ package final class Replica: @unchecked Sendable {
         lock.withLock {
             for cart in fetched where !covered.contains(cart.id) { state.carts[cart.id] = cart }
             state.carts = state.carts.filter { wanted.contains($0.key) }
+            if state.covered != wanted {
+                file?.saveAll(carts: state.carts, covered: wanted, seq: state.seq, databaseID: state.databaseID)
+            }
             state.covered = wanted
             greetWaiting(observers)
         }
@@ -211,7 +254,18 @@ package final class Replica: @unchecked Sendable {
             switch update {
             case .connecting:
                 if state.connection == .idle || state.connection == .live { setConnection(.connecting, observers: observers) }
-            case .welcome:
+            case .welcome(let welcome):
+                if let known = state.databaseID, let said = welcome.databaseID, said != known, state.loaded {
+                    // Another database than the one the carts are of: nothing after their seq
+                    // can be trusted. A snapshot replaces them, and observers are told why.
+                    state.loaded = false
+                    state.resyncBecause = .otherDatabase
+                    file?.forgetCarts()
+                    throw ProtocolViolation(
+                        description: "the server's database is \(said), the replica's carts are of \(known): read again")
+                }
+                state.databaseID = welcome.databaseID ?? state.databaseID
+                state.fromCache = false
                 setConnection(.live, observers: observers)
             case .snapshot(let snapshot, let reason):
                 load(snapshot, reason: reason, observers: observers)
@@ -255,7 +309,8 @@ package final class Replica: @unchecked Sendable {
             }
         state.resyncBecause = nil
         let loadedCarts = carts
-        if let resync, wasLoaded || resync == .inconsistent, let store = store.withLockedValue(\.store) {
+        file?.saveAll(carts: carts, covered: covered, seq: snapshot.seq, databaseID: state.databaseID)
+        if let resync, wasLoaded || resync == .inconsistent || resync == .otherDatabase, let store = store.withLockedValue(\.store) {
             observers.registry.notify(where: \.isLoaded) { observer, interest in
                 observer.cartSource(store, didResync: Self.carts(of: interest.selection, in: loadedCarts), because: resync)
             }
@@ -271,6 +326,7 @@ package final class Replica: @unchecked Sendable {
         // Already applied (replayed after a resubscription, or its state was read over HTTP).
         guard event.version > cart.version else {
             state.seq = max(state.seq, event.seq)
+            file?.save(nil, seq: state.seq)
             settlePending(of: event.cartID, confirmedKey: event.idempotencyKey, observers: observers)
             resumeSeqWaiters()
             return
@@ -286,6 +342,7 @@ package final class Replica: @unchecked Sendable {
         cart.apply(event)
         state.carts[event.cartID] = cart
         state.seq = max(state.seq, event.seq)
+        file?.save(cart, seq: state.seq)
         defer { resumeSeqWaiters() }
         guard let store = store.withLockedValue(\.store) else { return }
         let id = event.cartID
@@ -302,6 +359,7 @@ package final class Replica: @unchecked Sendable {
     private func greetWaiting(_ observers: RemoteCartStore.Observers) {
         guard state.loaded, let covered = state.covered, let store = store.withLockedValue(\.store) else { return }
         let carts = state.carts
+        let fromCache = state.fromCache
         let pending = Set(state.pending.entries.map(\.write.cartID)).sorted().map { cartID in
             let writes = state.pending.of(cartID)
             return (cartID: cartID, writes: writes, shown: (carts[cartID] ?? Cart(id: cartID)).applying(writes))
@@ -314,7 +372,8 @@ package final class Replica: @unchecked Sendable {
             interest.markLoaded()
             return true
         }) { observer, interest in
-            observer.cartSource(store, didLoad: Self.carts(of: interest.selection, in: carts))
+            let loaded = Self.carts(of: interest.selection, in: carts)
+            if fromCache { observer.cartSource(store, didLoadFromCache: loaded) } else { observer.cartSource(store, didLoad: loaded) }
             for (cartID, writes, shown) in pending where interest.selection.contains(cartID) {
                 observer.cartSource(store, didChangePending: writes, showing: shown)
             }

@@ -15,6 +15,13 @@ public protocol CartObserver: AnyObject, Sendable {
     /// exists.
     func cartSource(_ source: any CartSource, didLoad carts: [Cart])
 
+    /// The carts this observer asked for as a `RemoteCartStore` kept them in its cache file,
+    /// before any network: its first callback about them when the store was restored from the
+    /// file. The store then resumes from their seq: the events since follow (or `didResync`,
+    /// with the reason, when the server cannot resume it), and `connectionDidChange(.live)`
+    /// says the server is reached. By default, `didLoad`.
+    func cartSource(_ source: any CartSource, didLoadFromCache carts: [Cart])
+
     /// An event was committed to one of this observer's carts; `cart` is the cart after it.
     func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart)
 
@@ -47,6 +54,7 @@ public protocol CartObserver: AnyObject, Sendable {
 
 extension CartObserver {
     public func cartSource(_ source: any CartSource, didLoad carts: [Cart]) {}
+    public func cartSource(_ source: any CartSource, didLoadFromCache carts: [Cart]) { cartSource(source, didLoad: carts) }
     public func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {}
     public func cartSource(_ source: any CartSource, didResync carts: [Cart], because reason: ResyncReason) {}
     public func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState) {}

@@ -11,6 +11,9 @@ import Dispatch
 public protocol MainActorCartObserver: AnyObject, Sendable {
     /// The carts this observer asked for, as they are now: its first callback about them.
     func cartSource(_ source: any CartSource, didLoad carts: [Cart])
+    /// Its carts as a `RemoteCartStore`'s cache file kept them, before any network (by
+    /// default, `didLoad`).
+    func cartSource(_ source: any CartSource, didLoadFromCache carts: [Cart])
     /// An event was committed to one of this observer's carts; `cart` is the cart after it.
     func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart)
     /// The observer's carts were replaced by their state as it is now (`carts`), and why.
@@ -27,6 +30,7 @@ public protocol MainActorCartObserver: AnyObject, Sendable {
 
 extension MainActorCartObserver {
     public func cartSource(_ source: any CartSource, didLoad carts: [Cart]) {}
+    public func cartSource(_ source: any CartSource, didLoadFromCache carts: [Cart]) { cartSource(source, didLoad: carts) }
     public func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {}
     public func cartSource(_ source: any CartSource, didResync carts: [Cart], because reason: ResyncReason) {}
     public func cartSource(_ source: any CartSource, connectionDidChange state: CartConnectionState) {}
@@ -58,6 +62,9 @@ package final class MainActorRelay: CartObserver {
 
     package func cartSource(_ source: any CartSource, didLoad carts: [Cart]) {
         call { $0.cartSource(source, didLoad: carts) }
+    }
+    package func cartSource(_ source: any CartSource, didLoadFromCache carts: [Cart]) {
+        call { $0.cartSource(source, didLoadFromCache: carts) }
     }
     package func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) {
         call { $0.cartSource(source, didApply: event, to: cart) }

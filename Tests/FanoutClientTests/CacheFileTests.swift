@@ -1,0 +1,141 @@
+import FanoutClient
+import FanoutTestSupport
+import Foundation
+import Testing
+
+/// A `RemoteCartStore` that keeps its replica in a file: a cold start shows the carts before any
+/// network and resumes after their seq; writes taken offline survive the app and reach the
+/// server once; a file that cannot be trusted is started anew with the reason.
+@Suite("Cache file", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)))
+struct CacheFileTests {
+    /// A cache file path in a fresh folder, and its removal.
+    static func cacheFile() throws -> (URL, @Sendable () -> Void) {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-cache-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        return (folder.appendingPathComponent("replica.sqlite"), { try? FileManager.default.removeItem(at: folder) })
+    }
+
+    @Test func aColdStartShowsTheCachedCartsBeforeAnyNetworkThenResumesAfterTheirSeq() async throws {
+        let (file, removeFile) = try Self.cacheFile()
+        defer { removeFile() }
+        let server = try ServerUnderTest()
+        await server.add("c", "seed")
+        let first = RemoteCartStore(server: server.url, cacheFile: file)
+        #expect(first.cacheState == .empty)
+        let before = Recorder()
+        first.observers.add(before, carts: .only(["c"]))
+        await eventually("loaded") { before.isLoaded }
+        let api = CartServerAPI(baseURL: server.url)
+        _ = try await api.addItem("pear", quantity: 2, unitPriceCents: 30, to: "c")
+        await eventually("applied") { first.cart("c")?.version == 2 }
+        let cached = try #require(first.cart("c"))
+        await first.close()
+
+        // The server cannot answer: what the next store shows comes from the file alone.
+        server.process.signal(SIGSTOP)
+        let second = RemoteCartStore(server: server.url, cacheFile: file)
+        guard case .restored(let seq, _, 0) = second.cacheState else {
+            Issue.record("not restored: \(second.cacheState)")
+            return
+        }
+        let after = Recorder()
+        second.observers.add(after, carts: .only(["c"]))
+        #expect(after.record.withLockedValue { $0.loaded } == [cached], "the cached cart, told at once")
+        #expect(second.isFromCache && second.cart("c") == cached && second.seq == seq)
+
+        server.process.signal(SIGCONT)
+        _ = try await api.addItem("fig", quantity: 1, unitPriceCents: 5, to: "c")
+        await eventually(timeout: .seconds(30), "live, and the write since applied") { second.cart("c")?.version == 3 }
+        #expect(!second.isFromCache && second.connectionState == .live)
+        #expect(after.events.map(\.version) == [3], "only the event after the cached seq")
+        #expect(after.record.withLockedValue { $0.resyncs.isEmpty && $0.loads == 1 })
+        #expect(second.cart("c") == (try await server.carts())["c"])
+        withExtendedLifetime((before, after)) {}
+        await second.close()
+        await server.stop()
+    }
+
+    @Test func writesTakenOfflineSurviveTheAppAndReachTheServerOnceInOrder() async throws {
+        let (file, removeFile) = try Self.cacheFile()
+        defer { removeFile() }
+        let server = try ServerUnderTest()
+        let carts = (0..<20).map { "o\($0)" }
+        // Frozen: the first write of the first run is sent, and committed only after that run
+        // has gone: its answer never reaches it. The next run sends it again, with its key.
+        server.process.signal(SIGSTOP)
+        var first: RemoteCartStore? = RemoteCartStore(server: server.url, cacheFile: file)
+        var made: [PendingWrite] = []
+        for index in 0..<100 {
+            made.append(try #require(first).addItem("s\(index / 20)", quantity: 1 + index % 3, unitPriceCents: 10, to: carts[index % 20]))
+        }
+        first = nil  // the app is gone, with its writes pending in the file
+
+        let second = RemoteCartStore(server: server.url, cacheFile: file)
+        guard case .restored(_, _, 100) = second.cacheState else {
+            Issue.record("the pending writes were not restored: \(second.cacheState)")
+            return
+        }
+        #expect(second.pendingWrites.map(\.id) == made.map(\.id), "every write taken, in order, with its key")
+        #expect(second.pendingWrites.map(\.write) == made.map(\.write))
+        for index in 100..<200 {
+            made.append(try second.addItem("s\(index / 20)", quantity: 1 + index % 3, unitPriceCents: 10, to: carts[index % 20]))
+        }
+        server.process.signal(SIGCONT)
+        await eventually(timeout: .seconds(60), "every write confirmed") { second.pendingWrites.isEmpty }
+        for write in made {
+            guard case .confirmed = await second.outcome(of: write) else {
+                Issue.record("\(write.id) was not confirmed")
+                continue
+            }
+        }
+        let log = try await server.log()
+        #expect(log.count == 200, "each write once: \(log.count) events")
+        #expect(Set(log.compactMap(\.idempotencyKey)) == Set(made.map(\.id)), "each event carries its write's key")
+        let remote = try await server.carts()
+        for cart in carts {
+            let expected = Cart(id: cart).applying(made.filter { $0.cartID == cart })
+            #expect(remote[cart]?.items == expected.items, "\(cart): the writes applied once, in the order made")
+        }
+        await second.close()
+        await server.stop()
+    }
+
+    @Test func aFileThatCannotBeTrustedIsStartedAnewWithTheReason() async throws {
+        let (file, removeFile) = try Self.cacheFile()
+        defer { removeFile() }
+        let server = try ServerUnderTest()
+        await server.add("d", "seed")
+
+        try Data("not a database, or half of one".utf8).write(to: file)
+        let fromGarbage = RemoteCartStore(server: server.url, cacheFile: file)
+        guard case .discarded(.unreadable) = fromGarbage.cacheState else {
+            Issue.record("a damaged file was not discarded: \(fromGarbage.cacheState)")
+            return
+        }
+        let recorder = Recorder()
+        fromGarbage.observers.add(recorder, carts: .only(["d"]))
+        await eventually("loaded from the server") { recorder.isLoaded }
+        #expect(recorder.record.withLockedValue { $0.loaded?.first?.items.map(\.sku) } == ["seed"])
+        await eventually("saved") { (try? Data(contentsOf: file).count) ?? 0 > 0 }
+        await fromGarbage.close()
+
+        let elsewhere = RemoteCartStore(server: URL(string: "http://127.0.0.1:1")!, cacheFile: file)
+        #expect(elsewhere.cacheState == .discarded(.otherServer(server.url.absoluteString)), "another server's file")
+        #expect(elsewhere.cart("d") == nil, "nothing of the other server's carts")
+        await elsewhere.close()
+
+        // Truncated in the middle of its pages: read anew, never a crash.
+        let again = RemoteCartStore(server: server.url, cacheFile: file)
+        await again.close()
+        let whole = try Data(contentsOf: file)
+        try whole.prefix(whole.count / 2).write(to: file)
+        let truncated = RemoteCartStore(server: server.url, cacheFile: file)
+        switch truncated.cacheState {
+        case .discarded, .empty: break
+        default: Issue.record("a truncated file was trusted: \(truncated.cacheState)")
+        }
+        await truncated.close()
+        withExtendedLifetime(recorder) {}
+        await server.stop()
+    }
+}
