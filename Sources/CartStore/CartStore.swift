@@ -100,6 +100,13 @@ public final class CartStore: CartSource {
     /// Which engine keeps the data: `sqlite` or `postgresql`.
     public var engineName: String { backend.engineName }
 
+    /// The identity of the database: a UUID string (lower case) made once, when the database was
+    /// created, or for a database made before identities when this version first migrated it;
+    /// kept in the database and never changed. Every store on one PostgreSQL database has the
+    /// same one; a new or reset database has another, though its seqs may be in the same range. A
+    /// restored backup keeps the identity of the database it was taken from.
+    public var databaseID: String { backend.databaseID }
+
     /// Checks that a change would be written now; throws `storeUnavailable` or `storageFull`
     /// otherwise. `/healthz` asks it.
     ///

@@ -26,14 +26,19 @@ final class PostgresBackend: CartStoreBackend {
     let follower: PostgresFollower
     let commits: GroupCommit<CartMutation>
     let logger: Logger
+    /// The database's identity, read when the store opened it.
+    let databaseID: String
     /// The newest failure of the database, naming it (`lastProblem`).
     private let problem = NIOLockedValueBox<StoreProblem?>(nil)
 
     /// How often the follower reads the log without being told to.
     static let pollInterval: Duration = .seconds(1)
 
-    private init(location: PostgresLocation, client: PostgresClient, latestSeq: Int64, logger: Logger, commitLimit: Int) {
+    private init(
+        location: PostgresLocation, client: PostgresClient, databaseID: String, latestSeq: Int64, logger: Logger, commitLimit: Int
+    ) {
         self.location = location
+        self.databaseID = databaseID
         self.client = client
         let connections = PostgresConnections(
             client: client, maximumConnections: location.clientConfiguration.options.maximumConnections)
@@ -69,16 +74,24 @@ final class PostgresBackend: CartStoreBackend {
             throw CartStoreError(.storeUnavailable, "cannot connect to \(location.description): \(Self.describe(error))")
         }
         let latest: Int64
+        let databaseID: String
         do {
             try await PostgresSchema.migrate(connection, logger: logger)
-            latest = try await connection.query("SELECT latest FROM event_seq", logger: logger).collect().first?.decode(Int64.self) ?? 0
+            let row = try await connection.query(
+                "SELECT (SELECT latest FROM event_seq), (SELECT id FROM database_identity)", logger: logger
+            ).collect().first?.decode((Int64?, String?).self)
+            guard let id = row?.1 else {
+                throw CartStoreError(.storeUnavailable, "the database has lost its identity (database_identity is empty)")
+            }
+            (latest, databaseID) = (row?.0 ?? 0, id)
             try await connection.close()
         } catch {
             try? await connection.close()
             throw Self.storage(error, naming: location.description)
         }
         let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: clientLogger)
-        return PostgresBackend(location: location, client: client, latestSeq: latest, logger: logger, commitLimit: commitLimit)
+        return PostgresBackend(
+            location: location, client: client, databaseID: databaseID, latestSeq: latest, logger: logger, commitLimit: commitLimit)
     }
 
     /// Ends `run` when the store is closed.

@@ -140,18 +140,19 @@ extension MutationResponse {
 }
 
 extension CartResponse {
-    /// `{"cart","seq"}`: this answer as `FanoutJSON.encoder()` writes it.
+    /// `{"cart","databaseId"?,"seq"}`: this answer as `FanoutJSON.encoder()` writes it.
     public func json() -> [UInt8] {
-        JSONBytes.cartAnswer(cart, deliveredTo: nil, seq: seq)
+        JSONBytes.cartAnswer(cart, databaseID: databaseID, deliveredTo: nil, seq: seq)
     }
 }
 
 extension JSONBytes {
-    /// `{"cart",["deliveredTo",]"seq"}`: a mutation's answer, or a read of one cart.
-    static func cartAnswer(_ cart: Cart, deliveredTo: Int?, seq: Int64) -> [UInt8] {
+    /// `{"cart",["databaseId",]["deliveredTo",]"seq"}`: a mutation's answer, or a read of one cart.
+    static func cartAnswer(_ cart: Cart, databaseID: String? = nil, deliveredTo: Int?, seq: Int64) -> [UInt8] {
         var json = JSONBytes(capacity: 128 + cart.items.count * 96)
         json.raw(#"{"cart":"#)
         json.cart(cart)
+        json.databaseID(databaseID)
         if let deliveredTo {
             json.raw(#","deliveredTo":"#)
             json.int(deliveredTo)
@@ -161,14 +162,23 @@ extension JSONBytes {
         json.raw("}")
         return json.bytes
     }
+
+    /// `,"databaseId":"…"` when there is one: a read answer's identity of its database, after
+    /// a key that sorts before it.
+    mutating func databaseID(_ id: String?) {
+        guard let id else { return }
+        raw(#","databaseId":"#)
+        string(id)
+    }
 }
 
 extension CartsResponse {
-    /// `{"carts","seq"}`: this answer as `FanoutJSON.encoder()` writes it.
+    /// `{"carts","databaseId"?,"seq"}`: this answer as `FanoutJSON.encoder()` writes it.
     public func json() -> [UInt8] {
-        var json = JSONBytes(capacity: 32 + carts.reduce(0) { $0 + 96 + $1.items.count * 96 })
+        var json = JSONBytes(capacity: 80 + carts.reduce(0) { $0 + 96 + $1.items.count * 96 })
         json.raw(#"{"carts":"#)
         json.array(carts) { $0.cart($1) }
+        json.databaseID(databaseID)
         json.raw(#","seq":"#)
         json.int(seq)
         json.raw("}")
@@ -177,10 +187,17 @@ extension CartsResponse {
 }
 
 extension EventsPage {
-    /// `{"events","latestSeq","nextSince"}`: this page as `FanoutJSON.encoder()` writes it.
+    /// `{"databaseId"?,"events","latestSeq","nextSince"}`: this page as `FanoutJSON.encoder()`
+    /// writes it.
     public func json() -> [UInt8] {
-        var json = JSONBytes(capacity: 64 + events.count * 256)
-        json.raw(#"{"events":"#)
+        var json = JSONBytes(capacity: 112 + events.count * 256)
+        if let databaseID {
+            json.raw(#"{"databaseId":"#)
+            json.string(databaseID)
+            json.raw(#","events":"#)
+        } else {
+            json.raw(#"{"events":"#)
+        }
         json.array(events) { $0.event($1, asMessage: false) }
         json.raw(#","latestSeq":"#)
         json.int(latestSeq)

@@ -84,8 +84,8 @@ public enum ServerMessage: Sendable, Hashable {
         public var latestSeq: Int64
         /// The identity of the server's database, made when the database was created: a client
         /// that keeps carts across runs knows by it whether its copy is of this database (a
-        /// restored backup or another server's keeps its seqs, but not this). Nil from a server
-        /// that does not say it.
+        /// reset database or another server's may have seqs in the same range, but not this
+        /// identity; a restored backup keeps it). Nil from a server that does not say it.
         public var databaseID: String?
 
         public init(subscriberID: String, heartbeatInterval: Double, leaseTTL: Double, latestSeq: Int64, databaseID: String? = nil) {

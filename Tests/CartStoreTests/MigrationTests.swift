@@ -1,3 +1,4 @@
+import FanoutTestSupport
 import Foundation
 import GRDB
 import Testing
@@ -78,5 +79,55 @@ struct MigrationTests {
         #expect(try await reopened.cart("c")?.items.first?.quantity == 2)
         let next = try await reopened.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 1)
         #expect(next.event.seq == 2)
+    }
+
+    /// A database's identity is made with it, kept in its file, and read again as it was.
+    @Test func theIdentityIsMadeWithTheDatabaseAndSurvivesReopening() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let path = directory.path("store.sqlite")
+        let made: String
+        do {
+            let store = try CartStore(path: path)
+            made = store.databaseID
+            try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
+            try store.close()
+        }
+        #expect(isDatabaseIdentity(made), "\(made)")
+        let reopened = try CartStore(path: path)
+        #expect(reopened.databaseID == made)
+        try reopened.close()
+
+        let other = try CartStore(path: directory.path("other.sqlite"))
+        #expect(isDatabaseIdentity(other.databaseID))
+        #expect(other.databaseID != made, "each new database its own")
+        #expect(try CartStore.inMemory().databaseID != (try CartStore.inMemory().databaseID))
+    }
+
+    /// A database made before identities (migrated up to 0002) gets one when it is migrated,
+    /// and keeps its carts; it is the same the next time.
+    @Test func aDatabaseFromBeforeIdentitiesGetsOneWhenMigrated() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.cleanup() }
+        let path = directory.path("store.sqlite")
+        do {
+            let store = try CartStore(path: path)
+            try await store.addItem(cartID: "c", sku: "a", quantity: 2, unitPriceCents: 1)
+            try store.close()
+        }
+        // Back to the schema of before: no identity, and 0003 not applied.
+        let queue = try DatabaseQueue(path: path)
+        try await queue.write { db in
+            try db.execute(sql: "DROP TABLE database_identity")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = '0003_database_identity'")
+        }
+        try queue.close()
+
+        let migrated = try CartStore(path: path)
+        let identity = migrated.databaseID
+        #expect(isDatabaseIdentity(identity))
+        #expect(try await migrated.cart("c")?.items.first?.quantity == 2)
+        try migrated.close()
+        #expect(try CartStore(path: path).databaseID == identity)
     }
 }

@@ -168,6 +168,48 @@ extension PostgresStoreTests {
         #expect(applied.split(separator: "\n").map(String.init) == PostgresSchema.migrations.map(\.name), "each migration recorded once")
     }
 
+    /// The identity is the database's: every store on it says the same, a store opened on it
+    /// again says it too, and another database has its own.
+    @Test func theIdentityIsTheDatabasesSharedByItsStoresAndKept() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let first = try await PostgresCartStore.running(url: url)
+        let second = try await PostgresCartStore.running(url: url)
+        let identity = first.databaseID
+        #expect(isDatabaseIdentity(identity), "\(identity)")
+        #expect(second.databaseID == identity, "two stores on one database")
+        try first.close()
+        try second.close()
+
+        let reopened = try await PostgresCartStore.running(url: url)
+        defer { try? reopened.close() }
+        #expect(reopened.databaseID == identity, "the same after reopening")
+        let other = try await PostgresCartStore.running(url: try await SharedPostgres.shared.newDatabase())
+        defer { try? other.close() }
+        #expect(isDatabaseIdentity(other.databaseID))
+        #expect(other.databaseID != identity, "another database, another identity")
+    }
+
+    /// A database made before identities (0003 not applied) gets one when a store migrates it,
+    /// keeps its carts, and says the same identity from then on.
+    @Test func aDatabaseFromBeforeIdentitiesGetsOneWhenMigrated() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await PostgresCartStore.running(url: url)
+        try await store.addItem(cartID: "c", sku: "a", quantity: 2, unitPriceCents: 1)
+        try store.close()
+        let server = try await SharedPostgres.shared.server()
+        _ = try await server.psql(
+            "DROP TABLE database_identity", "DELETE FROM fanout_migrations WHERE name = '0003_database_identity'", on: url)
+
+        let migrated = try await PostgresCartStore.running(url: url)
+        let identity = migrated.databaseID
+        #expect(isDatabaseIdentity(identity))
+        #expect(try await migrated.cart("c")?.items.first?.quantity == 2)
+        try migrated.close()
+        let again = try await PostgresCartStore.running(url: url)
+        defer { try? again.close() }
+        #expect(again.databaseID == identity)
+    }
+
     /// A database with another program's tables is refused and left as it was.
     @Test func anotherProgramsDatabaseIsRefusedUntouched() async throws {
         let url = try await SharedPostgres.shared.newDatabase()

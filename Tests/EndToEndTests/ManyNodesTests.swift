@@ -13,9 +13,10 @@ import Testing
     "Many servers on PostgreSQL", .tags(.processes, .postgres), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)),
     .needsPostgreSQL)
 struct ManyNodesTests {
-    /// Three servers, two clients on each, six writers spread over all three: every client
-    /// prints the same gap-free list as the log. One server is killed mid-burst; its clients
-    /// resume on another server from their state files and lose nothing, repeat nothing.
+    /// Three servers, which say one database identity, two clients on each, six writers spread
+    /// over all three: every client prints the same gap-free list as the log. One server is
+    /// killed mid-burst; its clients resume on another server from their state files and lose
+    /// nothing, repeat nothing.
     @Test func everyServerDeliversEveryCommitAndAKilledServersClientsResumeOnAnother() async throws {
         let postgres = try await PostgresServer.start()
         let database = try await postgres.makeDatabase(named: "nodes")
@@ -25,6 +26,13 @@ struct ManyNodesTests {
 
         let nodes = try (0..<3).map { _ in try ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases) }
         let ports = nodes.map(\.port)
+        // One database, one identity, whichever server says it.
+        var identities = Set<String?>()
+        for port in ports {
+            identities.insert(try await DatabaseIdentityEndToEndTests.get("/carts", port: port)["databaseId"] as? String)
+            identities.insert(try await DatabaseIdentityEndToEndTests.webSocketWelcome(port: port)["databaseId"] as? String)
+        }
+        #expect(identities.count == 1 && isDatabaseIdentity(identities.first ?? nil), "\(identities)")
         let stateFile = { (node: Int, client: Int) in directory.appending(path: "client-\(node)-\(client).seq").path }
         var clients = try (0..<3).map { node in
             try (0..<2).map { client in try SubscribeProcess(port: ports[node], arguments: ["--state-file", stateFile(node, client)]) }

@@ -25,11 +25,16 @@ struct WireMessageTests {
         #expect(welcome["type"] as? String == "welcome")
         #expect(welcome["subscriberId"] as? String == "s1")
         #expect(welcome["leaseTtl"] as? Double == 15)
+        #expect(welcome["databaseId"] == nil, "absent when not said")
+        let identified = try Self.json(
+            .welcome(.init(subscriberID: "s1", heartbeatInterval: 5, leaseTTL: 15, latestSeq: 9, databaseID: "0c6e2f4a")))
+        #expect(identified["databaseId"] as? String == "0c6e2f4a")
     }
 
     @Test(arguments: [
         ServerMessage.event(WireMessageTests.event),
         .welcome(.init(subscriberID: "s1", heartbeatInterval: 0.5, leaseTTL: 1.5, latestSeq: 0)),
+        .welcome(.init(subscriberID: "s1", heartbeatInterval: 0.5, leaseTTL: 1.5, latestSeq: 0, databaseID: "0c6e2f4a")),
         .snapshot(
             carts: [Cart(id: "alice", version: 2, items: [CartItem(sku: "a", quantity: 1, unitPriceCents: 0)])], seq: 12,
             reason: .sinceTooOld),
@@ -128,18 +133,26 @@ struct EventJSONTests {
                 seq: $0.seq, cartID: $0.cartID, change: $0.change, encodedChange: EventJSON.change($0.change),
                 version: $0.version, committedAt: $0.committedAt)
         }
+        // With and without the database's identity (an odd one too: it is only a string).
+        let identities = [nil, "0c6e2f4a-9b1d-4e57-a3c8-5f2d7e9b1a60", "\"odd\" \u{1}"]
         for events in [[], Self.events, stored, Array(stored.prefix(1))] {
-            let page = EventsPage(events: events, latestSeq: 9_007_199_254_740_993, nextSince: 12)
-            #expect(page.json() == Array(try encoder.encode(page)), "\(String(decoding: page.json(), as: UTF8.self))")
+            for databaseID in identities {
+                let page = EventsPage(events: events, latestSeq: 9_007_199_254_740_993, nextSince: 12, databaseID: databaseID)
+                #expect(page.json() == Array(try encoder.encode(page)), "\(String(decoding: page.json(), as: UTF8.self))")
+            }
         }
         let carts = JSONBytesTests.carts
         for cart in carts {
-            let answer = CartResponse(cart: cart, seq: 77)
-            #expect(answer.json() == Array(try encoder.encode(answer)), "\(String(decoding: answer.json(), as: UTF8.self))")
+            for databaseID in identities {
+                let answer = CartResponse(cart: cart, seq: 77, databaseID: databaseID)
+                #expect(answer.json() == Array(try encoder.encode(answer)), "\(String(decoding: answer.json(), as: UTF8.self))")
+            }
         }
         for list in [[], carts, Array(carts.prefix(1))] {
-            let answer = CartsResponse(carts: list, seq: 0)
-            #expect(answer.json() == Array(try encoder.encode(answer)), "\(String(decoding: answer.json(), as: UTF8.self))")
+            for databaseID in identities {
+                let answer = CartsResponse(carts: list, seq: 0, databaseID: databaseID)
+                #expect(answer.json() == Array(try encoder.encode(answer)), "\(String(decoding: answer.json(), as: UTF8.self))")
+            }
         }
         for health in [HealthResponse(), HealthResponse(status: "cannot write: \"disk\" full")] {
             #expect(health.json() == Array(try encoder.encode(health)))

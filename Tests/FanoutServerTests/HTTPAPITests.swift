@@ -31,6 +31,20 @@ struct HTTPAPITests {
 
     static func body(_ text: String) -> ByteBuffer { ByteBuffer(string: text) }
 
+    /// Every read answer says the identity of the database it read.
+    @Test func readAnswersSayTheDatabaseIdentity() async throws {
+        let app = try await Self.app()
+        try await app.store.addItem(cartID: "alice", sku: "apple", quantity: 1, unitPriceCents: 5)
+        try await app.application.test(.router) { client in
+            for uri in ["/carts", "/carts/alice", "/events?since=0", "/events?since=1&wait=0"] {
+                try await client.execute(uri: uri, method: .get) { response in
+                    #expect(response.status == .ok, "\(uri)")
+                    #expect(Self.json(response.body)["databaseId"] as? String == app.store.databaseID, "\(uri)")
+                }
+            }
+        }
+    }
+
     @Test func changeACartAndReadItBack() async throws {
         try await Self.app().application.test(.router) { client in
             try await client.execute(

@@ -24,6 +24,7 @@ struct SubscribeTests {
             }
             #expect(welcome.latestSeq == 1)
             #expect(welcome.leaseTTL == 5)
+            #expect(welcome.databaseID == store.databaseID, "the welcome says which database")
             let snapshot = try #require(subscriber.snapshots.first)
             #expect(snapshot.reason == .initial)
             #expect(snapshot.seq == 1)

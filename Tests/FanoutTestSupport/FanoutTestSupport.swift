@@ -191,3 +191,11 @@ private final class PipeCollector: Sendable {
 /// Whether the tests run in CI (`CI` set and not empty, as `.ci/run` does): there a test that
 /// needs an outside tool or a release build fails when it is missing instead of skipping.
 public let runningInCI = !(ProcessInfo.processInfo.environment["CI"] ?? "").isEmpty
+
+/// Whether `id` has the form of a database's identity (`CartStore.databaseID`): a random
+/// (version 4) UUID, in lower case.
+public func isDatabaseIdentity(_ id: String?) -> Bool {
+    guard let id, UUID(uuidString: id) != nil, id == id.lowercased() else { return false }
+    let characters = Array(id)
+    return characters[14] == "4" && "89ab".contains(characters[19])
+}

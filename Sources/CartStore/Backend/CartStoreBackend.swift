@@ -16,6 +16,9 @@ package protocol CartStoreBackend: Sendable {
     /// Which engine it is, as `CartStore.engineName` says it: `sqlite` or `postgresql`.
     var engineName: String { get }
 
+    /// The database's identity (`CartStore.databaseID`), read once when the engine opened it.
+    var databaseID: String { get }
+
     /// The newest seq delivered to the sink so far, or about to be (nothing committed before it
     /// will be delivered again).
     func deliveredSeq() async throws -> Int64

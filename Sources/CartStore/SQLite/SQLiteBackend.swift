@@ -27,6 +27,8 @@ final class SQLiteBackend: CartStoreBackend {
     /// The newest committed events, appended by the writer after each commit: the log's tail
     /// without a read.
     let recent = RecentEvents()
+    /// The database's identity, read once it is migrated.
+    let databaseID: String
 
     /// Opens (creating if needed) the database at `path` in WAL mode, migrates it, and checks
     /// that it can be written (see `CartStore.init(path:durability:)` for the errors).
@@ -71,6 +73,7 @@ final class SQLiteBackend: CartStoreBackend {
         self.fileLock = fileLock
         do {
             try Schema.migrate(writer)
+            databaseID = try Schema.databaseID(writer)
         } catch {
             throw CartStoreError.storage(error)
         }

@@ -68,4 +68,12 @@ enum Schema {
         }
         try migrator.migrate(writer)
     }
+
+    /// The identity migration 0003 gave the database (`CartStore.databaseID`).
+    static func databaseID(_ reader: any DatabaseReader) throws -> String {
+        guard let id = try reader.read({ db in try String.fetchOne(db, sql: "SELECT id FROM database_identity") }) else {
+            throw CartStoreError(.storeUnavailable, "the database has lost its identity (database_identity is empty)")
+        }
+        return id
+    }
 }

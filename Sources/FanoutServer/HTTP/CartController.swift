@@ -26,7 +26,8 @@ struct CartController: Sendable {
 
     @Sendable func list(_ request: Request, context: FanoutRequestContext) async throws -> Response {
         let snapshot = try await store.snapshot(of: try context.grant.readable(nil))
-        return await CartsResponse(carts: snapshot.carts, seq: snapshot.seq).response(holding: snapshot.carts.count)
+        return await CartsResponse(carts: snapshot.carts, seq: snapshot.seq, databaseID: store.databaseID).response(
+            holding: snapshot.carts.count)
     }
 
     @Sendable func show(_ request: Request, context: FanoutRequestContext) async throws -> Response {
@@ -35,7 +36,8 @@ struct CartController: Sendable {
         guard let cart = snapshot.carts.first else {
             throw APIError(.cartNotFound, "no cart \(cartID)")
         }
-        var response = try CartResponse(cart: cart, seq: snapshot.seq).response(from: request, context: context)
+        var response = try CartResponse(cart: cart, seq: snapshot.seq, databaseID: store.databaseID).response(
+            from: request, context: context)
         response.headers[.eTag] = "\"\(cart.version)\""
         return response
     }

@@ -56,8 +56,10 @@ struct EventsController: Sendable {
                         throw APIError(.serverFull, "\(hub.longPolls.limit) long-polls are already waiting; retry, or subscribe")
                     }
                 }
-                return await EventsPage(events: events, latestSeq: latest, nextSince: events.last?.seq ?? since)
-                    .response(holding: events.count)
+                return await EventsPage(
+                    events: events, latestSeq: latest, nextSince: events.last?.seq ?? since, databaseID: store.databaseID
+                )
+                .response(holding: events.count)
             case .tooOld(let oldest, let latest):
                 throw APIError(
                     .historyTooOld,

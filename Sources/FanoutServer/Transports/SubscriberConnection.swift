@@ -40,7 +40,8 @@ final class SubscriberConnection {
                 subscriberID: subscriber.id,
                 heartbeatInterval: configuration.heartbeatInterval.seconds,
                 leaseTTL: configuration.leaseTTL.seconds,
-                latestSeq: hub.latestSeq))
+                latestSeq: hub.latestSeq,
+                databaseID: hub.store.databaseID))
     }
 
     /// The connection has room again: a live subscriber gets what it missed meanwhile.
