@@ -74,9 +74,14 @@ extension CartStore {
     /// committed (`CartWrite.change(to:)`, the rules a `RemoteCartStore` predicts its pending
     /// writes with).
     ///
-    /// - Parameter idempotencyKey: with a key, the write is made once: a repeat of the same
-    ///   request answers the first commit again (`CartCommit.isReplay`), another request with
-    ///   the key is refused (`idempotencyKeyReused`).
+    /// - Parameters:
+    ///   - write: the write, checked against `CartLimits` before anything is read.
+    ///   - cartID: the cart.
+    ///   - expectedVersion: when given, the cart must be at this version (0 for a cart that does
+    ///     not exist yet), or the call fails with `versionConflict` and changes nothing.
+    ///   - idempotencyKey: with a key, the write is made once: a repeat of the same request
+    ///     answers the first commit again (`CartCommit.isReplay`), another request with the key
+    ///     is refused (`idempotencyKeyReused`).
     @discardableResult
     public func commit(
         _ write: CartWrite, to cartID: String, expectedVersion: Int64? = nil, idempotencyKey: IdempotencyKey? = nil

@@ -100,6 +100,40 @@ struct CacheFileTests {
         await server.stop()
     }
 
+    /// A server now on another database whose log is longer than the cache's seq: `since` alone
+    /// would resume it and mix two databases; the welcome's database identity says it is not.
+    @Test func aCacheOfAnotherDatabaseIsReplacedWithTheReason() async throws {
+        let (file, removeFile) = try Self.cacheFile()
+        defer { removeFile() }
+        let server = try ServerUnderTest()
+        await server.add("c", "first")
+        let first = RemoteCartStore(server: server.url, cacheFile: file)
+        let before = Recorder()
+        first.observers.add(before, carts: .only(["c"]))
+        await eventually("loaded") { before.isLoaded }
+        await first.close()
+
+        let (other, removeOther) = try Mutations.temporaryDatabase()
+        defer { removeOther() }
+        try await server.restart(with: SIGTERM, database: other)
+        for sku in ["x", "y", "z"] { await server.add("c", sku) }
+        let second = RemoteCartStore(server: server.url, cacheFile: file)
+        let after = Recorder()
+        second.observers.add(after, carts: .only(["c"]))
+        #expect(after.record.withLockedValue { $0.loaded?.first?.items.map(\.sku) } == ["first"], "the cache, at once")
+        await eventually(timeout: .seconds(30), "replaced by the other database's cart") {
+            after.record.withLockedValue { $0.resyncs.count } == 1
+        }
+        let resync = try #require(after.record.withLockedValue { $0.resyncs.first })
+        #expect(resync.0 == .otherDatabase)
+        #expect(resync.1.first?.items.map(\.sku) == ["x", "y", "z"], "nothing of the first database's cart")
+        #expect(after.events.isEmpty, "no event of the other database applied on top of the cache")
+        #expect(second.cart("c") == (try await server.carts())["c"])
+        withExtendedLifetime((before, after)) {}
+        await second.close()
+        await server.stop()
+    }
+
     @Test func aFileThatCannotBeTrustedIsStartedAnewWithTheReason() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
