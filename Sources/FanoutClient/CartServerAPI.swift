@@ -74,6 +74,8 @@ public struct CartServerAPI: Sendable {
     /// Sends one write: its values are checked against `CartLimits` first (`.invalid`, unsent).
     ///
     /// - Parameters:
+    ///   - write: what to do.
+    ///   - cartID: the cart.
     ///   - expectedVersion: sent as `If-Match`.
     ///   - idempotencyKey: sent as `Idempotency-Key`.
     public func write(

@@ -160,8 +160,14 @@ extension RemoteCartStore {
     /// (so applied once), and confirmed when its event is applied, or rolled back (`didReject`)
     /// if the server refuses it. See `outcome(of:)`.
     ///
-    /// - Parameter expectedVersion: the version the cart must be at on the server (0: must not
-    ///   exist yet); a write made offline against an old version is refused (`version_conflict`).
+    /// - Parameters:
+    ///   - sku: the line's SKU.
+    ///   - quantity: how many to add.
+    ///   - unitPriceCents: the line's price in cents.
+    ///   - name: the line's display name.
+    ///   - cartID: the cart.
+    ///   - expectedVersion: the version the cart must be at on the server (0: must not exist
+    ///     yet); a write made offline against an old version is refused (`version_conflict`).
     /// - Throws: `RemoteStoreError.invalid` for values the server would refuse (not taken),
     ///   `.tooManyPendingWrites` when `maxPendingWrites` wait already.
     @discardableResult
@@ -194,6 +200,11 @@ extension RemoteCartStore {
     }
 
     /// Makes `write` to the cart: shown at once as pending, then sent (see `addItem`).
+    ///
+    /// - Parameters:
+    ///   - write: what to do.
+    ///   - cartID: the cart.
+    ///   - expectedVersion: the version the cart must be at on the server, if any.
     @discardableResult
     public func write(_ write: CartWrite, to cartID: String, expectedVersion: Int64? = nil) throws(RemoteStoreError) -> PendingWrite {
         try CartServerAPI.check { () throws(FanoutError) in

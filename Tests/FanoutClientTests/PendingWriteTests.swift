@@ -94,6 +94,48 @@ struct PendingWriteTests {
         await server.stop()
     }
 
+    @Test func twoStoresEditingOneCartOfflineAgainstOneVersionOneWinsTheOtherIsToldWhy() async throws {
+        let (server, alice, aliceSees) = try await Self.following("shared")
+        let bob = RemoteCartStore(server: server.url)
+        let bobSees = Recorder()
+        bob.observers.add(bobSees, carts: .only(["shared"]))
+        await eventually("bob loaded") { bobSees.isLoaded }
+        let version = try #require(alice.cart("shared")).version
+        server.process.signal(SIGSTOP)
+        let fromAlice = try alice.addItem("tea", quantity: 1, unitPriceCents: 300, to: "shared", expectedVersion: version)
+        let fromBob = try bob.addItem("coffee", quantity: 1, unitPriceCents: 400, to: "shared", expectedVersion: version)
+        let laterFromAlice = try alice.addItem("milk", quantity: 1, unitPriceCents: 90, to: "shared")
+        let laterFromBob = try bob.addItem("sugar", quantity: 1, unitPriceCents: 50, to: "shared")
+        server.process.signal(SIGCONT)
+
+        var confirmed = 0
+        var refusals: [RemoteStoreError] = []
+        for (store, write) in [(alice, fromAlice), (bob, fromBob)] {
+            switch await store.outcome(of: write) {
+            case .confirmed: confirmed += 1
+            case .rejected(let error): refusals.append(error)
+            case .unknown: Issue.record("\(write.id) unknown")
+            }
+        }
+        #expect(confirmed == 1 && refusals.count == 1, "exactly one of the two writes against version \(version) wins")
+        #expect(refusals.first?.code == .versionConflict)
+        for (store, write) in [(alice, laterFromAlice), (bob, laterFromBob)] {
+            guard case .confirmed = await store.outcome(of: write) else {
+                Issue.record("a later write did not go after the refusal")
+                continue
+            }
+        }
+        let told = aliceSees.record.withLockedValue(\.rejections).count + bobSees.record.withLockedValue(\.rejections).count
+        #expect(told == 1, "the loser's observer is told, with the server's reason")
+        let remote = try #require(try await server.carts()["shared"])
+        let winner = aliceSees.record.withLockedValue(\.rejections).isEmpty ? "tea" : "coffee"
+        #expect(Set(remote.items.map(\.sku)) == ["seed", winner, "milk", "sugar"], "the winner's write and both later ones, once")
+        withExtendedLifetime(bobSees) {}
+        await alice.close()
+        await bob.close()
+        await server.stop()
+    }
+
     /// A server with `cart` (one line, `seed`), and a store whose observer has loaded it.
     static func following(_ cart: String) async throws -> (ServerUnderTest, RemoteCartStore, Recorder) {
         let server = try ServerUnderTest()

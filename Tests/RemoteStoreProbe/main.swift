@@ -221,14 +221,49 @@ final class RefusalCounter: MainActorCartObserver {
     }
 }
 
+/// Write `index` of an offline run: over 20 carts `o0`…`o19`, as the tests expect them.
+func offlineWrite(_ index: Int) -> (cartID: String, write: CartWrite) {
+    ("o\(index % 20)", .addItem(sku: "s\(index / 20)", quantity: 1 + index % 3, unitPriceCents: 10, name: nil))
+}
+
+/// `--offline-writes URL CACHE FROM TO [KILL_AFTER]`: an app's writes FROM..<TO through a store
+/// kept in CACHE. With KILL_AFTER, the process kills itself (SIGKILL) once it has taken that
+/// many; without, it waits until the server has confirmed every pending write (the cache's
+/// too) and exits 0, or 1 if one was refused or they are not confirmed within 60 s.
+func offlineWrites(_ server: URL, cache: URL, range: Range<Int>, killAfter: Int?) async throws {
+    let store = RemoteCartStore(server: server, cacheFile: cache)
+    var restored = 0
+    if case .restored(_, _, let pending) = store.cacheState { restored = pending }
+    var taken: [PendingWrite] = []
+    for index in range {
+        let (cartID, write) = offlineWrite(index)
+        taken.append(try store.write(write, to: cartID))
+        if taken.count == killAfter { kill(getpid(), SIGKILL) }
+    }
+    try await waitFor("every write confirmed", timeout: .seconds(60)) { store.pendingWrites.isEmpty }
+    for write in taken {
+        guard case .confirmed = await store.outcome(of: write) else { throw ProbeFailure(description: "\(write.id) was not confirmed") }
+    }
+    await store.close()
+    print("remote-store-probe: \(restored) restored and \(taken.count) taken, every one confirmed")
+}
+
 let arguments = CommandLine.arguments
 do {
     if arguments.count == 4, arguments[1] == "--refusal", let server = URL(string: arguments[2]) {
         try await refusal(server, token: arguments[3])
+    } else if (6...7).contains(arguments.count), arguments[1] == "--offline-writes", let server = URL(string: arguments[2]),
+        let from = Int(arguments[4]), let to = Int(arguments[5]), from <= to
+    {
+        try await offlineWrites(
+            server, cache: URL(fileURLWithPath: arguments[3]), range: from..<to, killAfter: arguments.count == 7 ? Int(arguments[6]) : nil)
     } else if arguments.count == 2, let server = URL(string: arguments[1]) {
         try await run(server)
     } else {
-        FileHandle.standardError.write(Data("usage: remote-store-probe http://HOST:PORT | --refusal http://HOST:PORT TOKEN\n".utf8))
+        FileHandle.standardError.write(
+            Data(
+                "usage: remote-store-probe http://HOST:PORT | --refusal http://HOST:PORT TOKEN | --offline-writes http://HOST:PORT CACHE FROM TO [KILL_AFTER]\n"
+                    .utf8))
         exit(2)
     }
 } catch {
