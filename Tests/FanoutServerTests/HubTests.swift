@@ -77,7 +77,9 @@ struct HubTests {
             let since = received.last ?? 30
             let (subscriber, transport) = try await harness.connect()
             try await harness.onLoop { subscriber.subscribe(carts: nil, since: since) }
-            try await eventually("everything after \(since), or an end") {
+            // The writers' 200 commits may take longer than the usual 10 s on a machine busy with
+            // the whole suite: waiting for them is the point, so the bound is a minute.
+            try await eventually(timeout: .seconds(60), "everything after \(since), or an end") {
                 try await harness.onLoop { try transport.seqs().last == 300 || subscriber.isEnded }
             }
             let (seqs, phase) = try await harness.onLoop { (try transport.seqs(), subscriber.phase) }
