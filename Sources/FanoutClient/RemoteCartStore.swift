@@ -51,9 +51,13 @@ public final class RemoteCartStore: CartSource {
     ///     yet confirmed. Restored from it, observers get the carts at once
     ///     (`didLoadFromCache`) and the store resumes after their seq; a file of another server
     ///     or database, or one that cannot be read, is started anew (`cacheState` says why).
+    ///   - pendingWriteLifetime: how long a write may wait for the server: one not confirmed by
+    ///     then is rejected with `RemoteStoreError.pendingWriteExpired` (rolled back,
+    ///     `didReject`) instead of being sent again. 23 hours: inside the server's default
+    ///     `--idempotency-keys-ttl` (24 h), past which a repeat could no longer be told apart.
     public init(
         server: URL, transport: FanoutSubscription.Transport = .webSocket, credentials: Credentials = .none,
-        releaseCheckInterval: Duration = .seconds(1), cacheFile: URL? = nil
+        releaseCheckInterval: Duration = .seconds(1), cacheFile: URL? = nil, pendingWriteLifetime: Duration = .seconds(23 * 3_600)
     ) {
         self.server = CartServerAPI(baseURL: server, credentials: credentials)
         subscription = FanoutSubscription(server: server, transport: transport, credentials: credentials)
@@ -79,7 +83,7 @@ public final class RemoteCartStore: CartSource {
         }
         let send = Task<Void, Never> {
             for await _ in wakeUps {
-                await Self.sendPendingWrites(replica: replica, api: api, observers: observers)
+                await Self.sendPendingWrites(replica: replica, api: api, observers: observers, lifetime: pendingWriteLifetime)
             }
         }
         let sweep = Task {
@@ -240,9 +244,14 @@ extension RemoteCartStore {
     /// Sends the pending writes in order until none is left to send: a failure that retrying
     /// may cure (no connection, a server error or overload, an expired token) waits with
     /// backoff and sends the same write again, with the same key; a refusal ends it.
-    private static func sendPendingWrites(replica: Replica, api: CartServerAPI, observers: Observers) async {
+    private static func sendPendingWrites(replica: Replica, api: CartServerAPI, observers: Observers, lifetime: Duration) async {
         var failures = 0
         while !Task.isCancelled, let write = replica.nextPendingWrite {
+            let age = Date().timeIntervalSince(write.madeAt)
+            if age > Double(lifetime.components.seconds) + Double(lifetime.components.attoseconds) / 1e18 {
+                replica.rejected(write.id, because: .pendingWriteExpired(write.madeAt), observers: observers)
+                continue
+            }
             do {
                 let answer = try await api.write(
                     write.write, to: write.cartID, expectedVersion: write.expectedVersion, idempotencyKey: write.id)
@@ -268,7 +277,7 @@ extension RemoteStoreError {
         case .unreachable, .unexpectedAnswer: true
         case .refused(let status, let code, _, _, _):
             status >= 500 || status == 401 || status == 408 || status == 429 || code?.isRetryable == true
-        case .invalid, .tooManyPendingWrites: false
+        case .invalid, .tooManyPendingWrites, .pendingWriteExpired: false
         }
     }
 }

@@ -136,6 +136,32 @@ struct PendingWriteTests {
         await server.stop()
     }
 
+    @Test func aWriteThatWaitsLongerThanItsLifetimeIsRolledBackNotSent() async throws {
+        let (server, _, recorder) = try await Self.following("late")
+        server.process.signal(SIGTERM)
+        _ = await server.process.waitForExit()
+        let store = RemoteCartStore(server: server.url, pendingWriteLifetime: .milliseconds(300))
+        let other = Recorder()
+        store.observers.add(other, carts: .only(["late"]))
+        let write = try store.addItem("stale", quantity: 1, unitPriceCents: 1, to: "late")
+        guard case .rejected(let error) = await store.outcome(of: write), case .pendingWriteExpired = error else {
+            Issue.record("a write past its lifetime was not rolled back")
+            return
+        }
+        #expect(store.pendingWrites.isEmpty)
+        try server.start()
+        let fresh = try store.addItem("fresh", quantity: 1, unitPriceCents: 1, to: "late")
+        guard case .confirmed = await store.outcome(of: fresh) else {
+            Issue.record("the next write did not go")
+            return
+        }
+        #expect(try await server.log().filter { $0.cartID == "late" }.map(\.change.kind) == [.itemAdded, .itemAdded])
+        #expect(try await server.carts()["late"]?.items.map(\.sku) == ["seed", "fresh"], "the expired write was never sent")
+        withExtendedLifetime((recorder, other)) {}
+        await store.close()
+        await server.stop()
+    }
+
     /// A server with `cart` (one line, `seed`), and a store whose observer has loaded it.
     static func following(_ cart: String) async throws -> (ServerUnderTest, RemoteCartStore, Recorder) {
         let server = try ServerUnderTest()

@@ -133,6 +133,25 @@ do {
     await maker.close()
     withExtendedLifetime(keeper) {}
 }
+// What saving to the cache file adds per event: the replica's path with one observer, with a
+// cache file (each applied event is one SQLite write of its cart and the seq) and without.
+for cached in [false, true] {
+    let log = events(2_000, carts: 50)
+    let counter = Counting()
+    let perEvent = try await best(log.count) {
+        let file = cacheFolder.appendingPathComponent("events-\(UUID().uuidString).sqlite")
+        let store = RemoteCartStore(server: nowhere, cacheFile: cached ? file : nil)
+        store.observers.add(counter)
+        _ = try await store.replica.plan(for: store.observers, api: store.server)
+        return store
+    } _: { store in
+        try store.replica.take(.snapshot(CartSnapshot(carts: [], seq: 0), reason: .initial), observers: store.observers)
+        for event in log { try store.replica.take(.event(event, raw: ""), observers: store.observers) }
+    }
+    print("replica with one observer, \(cached ? "with" : "without") a cache file: \(String(format: "%.0f", perEvent)) ns per event")
+    withExtendedLifetime(counter) {}
+}
+
 var coldStarts: [Double] = []
 for _ in 0..<5 {
     let start = ContinuousClock.now

@@ -1,4 +1,5 @@
 // Defined in FanoutProtocol so that CartStore and FanoutClient share it (`CartObserver`).
+import Foundation
 
 /// Why a request to a fanout-server, or a connection to it, failed; also why a server refused
 /// carts to an observer (`CartObserver.cartSource(_:didRefuse:because:)`).
@@ -16,6 +17,10 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
     /// A `RemoteCartStore` already holds this many writes the server has not confirmed: the
     /// write was not taken (nothing is dropped to make room).
     case tooManyPendingWrites(Int)
+    /// A `RemoteCartStore`'s write made at this date waited longer than its
+    /// `pendingWriteLifetime` for the server: it was rolled back and is not sent again. (If an
+    /// earlier sending was committed and its answer lost, its event still arrives.)
+    case pendingWriteExpired(Date)
 
     /// The server's error code, when it answered with one.
     public var code: FanoutErrorCode? {
@@ -52,6 +57,8 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
         case .unreachable(let why): why
         case .unexpectedAnswer(let why): why
         case .invalid(let error): error.message
+        case .pendingWriteExpired(let madeAt):
+            "a write made at \(madeAt) waited too long for the server and was rolled back (RemoteCartStore's pendingWriteLifetime)"
         case .tooManyPendingWrites(let limit):
             "\(limit) writes are waiting for the server already: wait for some to be confirmed (RemoteCartStore.maxPendingWrites)"
         }

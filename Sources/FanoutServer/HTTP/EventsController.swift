@@ -44,6 +44,9 @@ struct EventsController: Sendable {
         while true {
             switch try await store.events(after: since, limit: limit, carts: carts) {
             case .events(let events, let latest):
+                // Its `exp` passed while the request was read (a busy server): it ends as the wait
+                // would have, not with an empty page.
+                if events.isEmpty, wait > 0, let expiry, ContinuousClock.now >= expiry { throw Self.tokenExpiredWhileWaiting }
                 if events.isEmpty, wait > 0, ContinuousClock.now < deadline {
                     switch await hub.longPolls.park(after: latest, until: deadline) {
                     case .committed:
