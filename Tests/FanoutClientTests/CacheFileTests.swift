@@ -1,3 +1,4 @@
+import CartStore
 import FanoutClient
 import FanoutTestSupport
 import Foundation
@@ -129,6 +130,42 @@ struct CacheFileTests {
         #expect(resync.1.first?.items.map(\.sku) == ["x", "y", "z"], "nothing of the first database's cart")
         #expect(after.events.isEmpty, "no event of the other database applied on top of the cache")
         #expect(second.cart("c") == (try await server.carts())["c"])
+        withExtendedLifetime((before, after)) {}
+        await second.close()
+        await server.stop()
+    }
+
+    /// The server pruned its log past the cache's seq while the app was away: the cached carts
+    /// are shown, then replaced by the server's with the reason, never resumed over a gap.
+    @Test func aCacheOlderThanThePrunedLogIsReplacedWithTheReason() async throws {
+        let (file, removeFile) = try Self.cacheFile()
+        defer { removeFile() }
+        let server = try ServerUnderTest(["--ring-size", "16"])
+        await server.add("a", "seed")
+        let first = RemoteCartStore(server: server.url, cacheFile: file)
+        let before = Recorder()
+        first.observers.add(before, carts: .only(["a"]))
+        await eventually("loaded") { before.isLoaded }
+        await first.close()
+
+        server.process.signal(SIGTERM)
+        _ = await server.process.waitForExit()
+        let direct = try CartStore(path: server.database)
+        for index in 0..<40 { _ = try await direct.addItem(cartID: "a", sku: "s\(index)", quantity: 1, unitPriceCents: 1) }
+        _ = try await direct.pruneEvents(keepingLast: 5)
+        try direct.close()
+        try server.start()
+
+        let second = RemoteCartStore(server: server.url, cacheFile: file)
+        let after = Recorder()
+        second.observers.add(after, carts: .only(["a"]))
+        #expect(after.record.withLockedValue { $0.loaded?.first?.version } == 1, "the cached cart at once")
+        await eventually(timeout: .seconds(30), "resynced") { !after.record.withLockedValue { $0.resyncs.isEmpty } }
+        let resync = after.record.withLockedValue { $0.resyncs.first }
+        #expect(resync?.0 == .historyPruned)
+        #expect(resync?.1.first?.version == 41)
+        #expect(after.events.isEmpty, "nothing applied over the gap")
+        #expect(second.cart("a") == (try await server.carts())["a"])
         withExtendedLifetime((before, after)) {}
         await second.close()
         await server.stop()

@@ -4,10 +4,12 @@ import NIOConcurrencyHelpers
 import Testing
 
 /// Waits until `condition` holds, polling, or records a failure after `timeout`: the tests'
-/// way to wait for something asynchronous without sleeping a guessed time.
+/// way to wait for something asynchronous without sleeping a guessed time. The default bound is
+/// generous (30 s): a condition that holds returns at once, and on two cores shared by the whole
+/// suite's servers and PostgreSQL, connecting and catching up took more than 10 s now and then.
 @discardableResult
 public func eventually(
-    timeout: Duration = .seconds(10), _ what: String,
+    timeout: Duration = .seconds(30), _ what: String,
     sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () async throws -> Bool
 ) async rethrows -> Bool {
