@@ -8,7 +8,7 @@ import Testing
 /// Exactly-once writes: a mutation made with an `IdempotencyKey` is made once, and a repeat is
 /// answered the first commit, on both engines, across a reopened store and (PostgreSQL) on
 /// another store of the same database.
-@Suite("Idempotency keys", .timeLimit(.minutes(2)))
+@Suite("Idempotency keys", .serialized, .timeLimit(.minutes(2)))
 struct IdempotencyTests {
     @Test(arguments: Engine.available)
     func aRepeatedKeyIsAnsweredTheFirstCommitAndWritesNothing(engine: Engine) async throws {

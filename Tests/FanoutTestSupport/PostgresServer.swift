@@ -283,12 +283,28 @@ private struct Cluster {
                 [
                     "start", "--wait", "--timeout=120", "--pgdata", data.path, "--log", log.path, "-o", "-p \(port)",
                 ])
-            if started.status == 0, !started.timedOut { return port }
+            if started.status == 0, !started.timedOut {
+                raisePriority()
+                return port
+            }
             guard attempts < 3, serverLog.contains("Address already in use") else {
                 throw PostgresServerError(description: "pg_ctl start failed", started, log: serverLog)
             }
             attempts += 1
         }
+    }
+
+    /// Gives the cluster's postmaster (and the sessions it forks from now on) a higher CPU
+    /// priority when the tests run as root: the whole suite's servers share two cores with it,
+    /// and a session starved past the store's 4 s bound failed tests that were not about load.
+    private func raisePriority() {
+        guard Self.runsAsRoot,
+            let pidLine = try? String(contentsOf: data.appending(path: "postmaster.pid"), encoding: .utf8).split(separator: "\n").first,
+            let pid = Int32(pidLine)
+        else { return }
+        #if canImport(Glibc)
+            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(pid), -10)
+        #endif
     }
 
     /// Runs one of the cluster's programs, as `postgres` when the tests run as root, with no open
