@@ -24,8 +24,15 @@ struct EventStreamLink {
         if let lastEventID { headers.add(name: "Last-Event-ID", value: "\(lastEventID)") }
         let target = Endpoint.target(of: url)
         try await channel.executeThenClose { inbound, outbound in
-            try await outbound.write(.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: headers)))
-            try await outbound.write(.end(nil))
+            do {
+                try await outbound.write(.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: headers)))
+                try await outbound.write(.end(nil))
+            } catch {
+                // A TLS handshake that failed closes the channel before the request goes out: the
+                // reason (a certificate refused) comes inbound, and says more than a closed channel.
+                for try await _ in inbound {}
+                throw error
+            }
             var parser = EventStreamParser(maxLine: WebSocketLink.maxMessageSize)
             var refusal: (status: Int, body: [UInt8])?
             for try await part in inbound {
