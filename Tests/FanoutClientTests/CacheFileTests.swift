@@ -1,4 +1,3 @@
-import CartStore
 import FanoutClient
 import FanoutTestSupport
 import Foundation
@@ -148,13 +147,7 @@ struct CacheFileTests {
         await eventually("loaded") { before.isLoaded }
         await first.close()
 
-        server.process.signal(SIGTERM)
-        _ = await server.process.waitForExit()
-        let direct = try CartStore(path: server.database)
-        for index in 0..<40 { _ = try await direct.addItem(cartID: "a", sku: "s\(index)", quantity: 1, unitPriceCents: 1) }
-        _ = try await direct.pruneEvents(keepingLast: 5)
-        try direct.close()
-        try server.start()
+        try await server.pruneWhileDown("a", writing: 40, keeping: 5)
 
         let second = RemoteCartStore(server: server.url, cacheFile: file)
         let after = Recorder()

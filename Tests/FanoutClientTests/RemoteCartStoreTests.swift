@@ -241,13 +241,7 @@ struct RemoteCartStoreTests {
         await eventually("loaded") { recorder.isLoaded }
 
         // While the server is down, 40 events are written and all but the last 5 pruned.
-        server.process.signal(SIGTERM)
-        _ = await server.process.waitForExit()
-        let direct = try CartStore(path: server.database)
-        for index in 0..<40 { _ = try await direct.addItem(cartID: "a", sku: "s\(index)", quantity: 1, unitPriceCents: 1) }
-        _ = try await direct.pruneEvents(keepingLast: 5)
-        try direct.close()
-        try await server.restart(with: SIGTERM)
+        try await server.pruneWhileDown("a", writing: 40, keeping: 5)
 
         await eventually("resynced") { !recorder.record.withLockedValue { $0.resyncs.isEmpty } }
         let resync = recorder.record.withLockedValue { $0.resyncs.first }

@@ -1,3 +1,4 @@
+import CartStore
 import Dispatch
 import FanoutClient
 import FanoutProtocol
@@ -45,6 +46,19 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
         let next = try ServerProcess(
             arguments: ["--port", "\(port)", "--db", database ?? self.database] + timing + extra)
         current.withLockedValue { $0 = next }
+    }
+
+    /// Stops the server, writes `count` lines to `cart` straight into its database and prunes
+    /// all but the last `keeping` events, then starts it again on the same port: a log pruned
+    /// past what a client holds.
+    func pruneWhileDown(_ cart: String, writing count: Int, keeping: Int) async throws {
+        process.signal(SIGTERM)
+        _ = await process.waitForExit()
+        let direct = try CartStore(path: database)
+        for index in 0..<count { _ = try await direct.addItem(cartID: cart, sku: "s\(index)", quantity: 1, unitPriceCents: 1) }
+        _ = try await direct.pruneEvents(keepingLast: keeping)
+        try direct.close()
+        try start()
     }
 
     func stop() async {
