@@ -33,18 +33,18 @@ extension PostgresBackend {
             let now = ContinuousClock.now
             var batch: [GroupCommit<CartMutation>.Mutation] = []
             for mutation in taken {
-                if mutation.queuedAt + PostgresConnections.timeout > now {
+                if mutation.queuedAt + connections.timeout > now {
                     batch.append(mutation)
                 } else {
                     mutation.caller.resume(
                         throwing: CartStoreError(
                             .storeUnavailable,
-                            "the database gave no answer within \(PostgresConnections.timeout) to the changes before this one; nothing was written"
+                            "the database gave no answer within \(connections.timeout) to the changes before this one; nothing was written"
                         ))
                 }
             }
             guard let oldest = batch.map(\.queuedAt).min() else { continue }
-            await commitAndAnswer(batch, until: oldest + PostgresConnections.timeout)
+            await commitAndAnswer(batch, until: oldest + connections.timeout)
         }
     }
 
@@ -68,7 +68,7 @@ extension PostgresBackend {
                 error is PostgresTimeout && committing.withLockedValue({ $0 })
                 ? CartStoreError(
                     .storeUnavailable,
-                    "the database gave no answer to COMMIT within \(PostgresConnections.timeout): the change may or may not have been made; read the cart to tell"
+                    "the database gave no answer to COMMIT within \(connections.timeout): the change may or may not have been made; read the cart to tell"
                 )
                 : storage(error)
             for mutation in batch { mutation.caller.resume(throwing: answer) }
@@ -80,7 +80,7 @@ extension PostgresBackend {
         let follower = self.follower
         let events = committed.batch.events
         let previous = committed.batch.previous
-        _ = try? await Deadline.race(until: deadline, expired: { PostgresTimeout(leased: true, after: PostgresConnections.timeout) }) {
+        _ = try? await Deadline.race(until: deadline, expired: { PostgresTimeout(leased: true, after: self.connections.timeout) }) {
             await follower.deliverQuietly(events, following: previous)
         }
         for (mutation, outcome) in zip(batch, committed.outcomes) {

@@ -35,13 +35,15 @@ final class PostgresBackend: CartStoreBackend {
     static let pollInterval: Duration = .seconds(1)
 
     private init(
-        location: PostgresLocation, client: PostgresClient, databaseID: String, latestSeq: Int64, logger: Logger, commitLimit: Int
+        location: PostgresLocation, client: PostgresClient, deadline: Duration, databaseID: String, latestSeq: Int64, logger: Logger,
+        commitLimit: Int
     ) {
         self.location = location
         self.databaseID = databaseID
         self.client = client
         let connections = PostgresConnections(
-            client: client, maximumConnections: location.clientConfiguration.options.maximumConnections)
+            client: client, maximumConnections: location.clientConfiguration(deadline: deadline).options.maximumConnections,
+            timeout: deadline)
         self.connections = connections
         self.logger = logger
         self.commits = GroupCommit(limit: commitLimit)
@@ -53,7 +55,7 @@ final class PostgresBackend: CartStoreBackend {
     ///
     /// - Throws: `storeUnavailable` when the database cannot be reached or used,
     ///   `notAFanoutDatabase`, `schemaTooNew`.
-    static func open(url: String, commitLimit: Int = 4_096) async throws -> PostgresBackend {
+    static func open(url: String, deadline: Duration, commitLimit: Int = 4_096) async throws -> PostgresBackend {
         let location = try PostgresLocation(url: url)
         var logger = Logger(label: "fanout.postgres")
         logger.logLevel = .warning
@@ -89,9 +91,11 @@ final class PostgresBackend: CartStoreBackend {
             try? await connection.close()
             throw Self.storage(error, naming: location.description)
         }
-        let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: clientLogger)
+        let configuration = location.clientConfiguration(deadline: deadline)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: clientLogger)
         return PostgresBackend(
-            location: location, client: client, databaseID: databaseID, latestSeq: latest, logger: logger, commitLimit: commitLimit)
+            location: location, client: client, deadline: deadline, databaseID: databaseID, latestSeq: latest, logger: logger,
+            commitLimit: commitLimit)
     }
 
     /// Ends `run` when the store is closed.
@@ -163,12 +167,12 @@ final class PostgresBackend: CartStoreBackend {
 
     /// Runs `body` on a pooled connection, by `PostgresConnections.timeout` from now.
     func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        try await connections.withConnection(until: .now + PostgresConnections.timeout, body)
+        try await connections.withConnection(until: .now + connections.timeout, body)
     }
 
     /// One query on a pooled connection, its rows collected, by `PostgresConnections.timeout` from now.
     func query(_ query: PostgresQuery, logger: Logger) async throws -> [PostgresRow] {
-        try await connections.query(query, until: .now + PostgresConnections.timeout, logger: logger)
+        try await connections.query(query, until: .now + connections.timeout, logger: logger)
     }
 
     /// Runs `body`, with PostgreSQL's failures as the store's errors.

@@ -8,7 +8,7 @@ import ServiceLifecycle
 /// `CartStore.withPostgres(url:_:)`, which runs it for them.
 ///
 /// Nothing reaches the database, and nothing is delivered, until `run()` runs: a change made
-/// before waits for it (at most its deadline, 4 s, then `storeUnavailable`). `run()` returns
+/// before waits for it (at most its deadline, then `storeUnavailable`). `run()` returns
 /// when its task is cancelled, when the service group shuts down, or when `store` is closed.
 /// Several stores (several servers) may share one database.
 public final class PostgresCartStore: Service, Sendable {
@@ -16,14 +16,26 @@ public final class PostgresCartStore: Service, Sendable {
     public let store: CartStore
     private let backend: PostgresBackend
 
+    /// How long one use of the database may take by default, from asking for a connection to
+    /// the last row: 4 s. Far above a healthy server's time, even a loaded one's; low enough
+    /// that a caller hears within the 5 s docs/OPERATING.md promises (503 `store_unavailable`
+    /// while the database is away).
+    public static let defaultDeadline: Duration = .seconds(4)
+
     /// Connects to the database at `url` (`postgres://user[:password]@host[:port]/database`),
     /// migrates it, and reads where its log stands, on a connection of its own.
     ///
+    /// - Parameters:
+    ///   - url: The database.
+    ///   - deadline: How long one use of the database may take, from asking for a connection
+    ///     to the last row: a change still unanswered then is answered `storeUnavailable`
+    ///     (nothing was written, or it may or may not have been made when its COMMIT went out).
+    ///     A database on a slow network, or a machine that is often overloaded, may want more.
     /// - Throws: `CartStoreError`: `storeUnavailable` when the database cannot be reached or
     ///   written, `notAFanoutDatabase` for a database with another program's tables,
     ///   `schemaTooNew` for one migrated by a newer version.
-    public init(url: String) async throws {
-        backend = try await PostgresBackend.open(url: url)
+    public init(url: String, deadline: Duration = defaultDeadline) async throws {
+        backend = try await PostgresBackend.open(url: url, deadline: deadline)
         store = CartStore(backend: backend)
     }
 
@@ -38,11 +50,15 @@ extension CartStore {
     /// Opens the store in the PostgreSQL database at `url`, runs it while `body` uses it, and
     /// closes it when `body` returns or throws (observers are told `closed`).
     ///
-    /// - Throws: what `PostgresCartStore.init(url:)` throws, or what `body` throws.
+    /// - Parameters:
+    ///   - url: The database.
+    ///   - deadline: How long one use of the database may take (`PostgresCartStore.init(url:deadline:)`).
+    ///   - body: What uses the store.
+    /// - Throws: what `PostgresCartStore.init(url:deadline:)` throws, or what `body` throws.
     public static func withPostgres<Result: Sendable>(
-        url: String, _ body: (CartStore) async throws -> Result
+        url: String, deadline: Duration = PostgresCartStore.defaultDeadline, _ body: (CartStore) async throws -> Result
     ) async throws -> Result {
-        let postgres = try await PostgresCartStore(url: url)
+        let postgres = try await PostgresCartStore(url: url, deadline: deadline)
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await postgres.run() }
             let result: Swift.Result<Result, any Error>

@@ -18,9 +18,8 @@ struct PostgresConnections: Sendable {
     let maximumConnections: Int
 
     /// How long one use of the database may take, from asking for a connection to the last
-    /// row. Far above a healthy server's time, even a loaded one's; low enough that a caller
-    /// hears within the 5 s docs/OPERATING.md promises (503 `store_unavailable` while the database is away).
-    static let timeout: Duration = .seconds(4)
+    /// row (`PostgresCartStore.defaultDeadline` unless its opener chose another).
+    let timeout: Duration
 
     /// Runs `body` on a pooled connection and returns what it returns, or throws
     /// `PostgresTimeout` at `deadline` (then the connection, if one was lent, is closed).
@@ -38,6 +37,7 @@ struct PostgresConnections: Sendable {
         let lease = NIOLockedValueBox(Lease())
         let client = self.client
         let attempts = maximumConnections
+        let timeout = self.timeout
         return try await Deadline.race(
             until: deadline,
             expired: {
@@ -48,7 +48,7 @@ struct PostgresConnections: Sendable {
                 if let connection {
                     let _: EventLoopFuture<Void> = connection.close()
                 }
-                return PostgresTimeout(leased: leased, after: Self.timeout)
+                return PostgresTimeout(leased: leased, after: timeout)
             }
         ) {
             var attempt = 1
@@ -57,7 +57,7 @@ struct PostgresConnections: Sendable {
                     return try await client.withConnection { connection in
                         // Once the caller has been answered, nothing starts.
                         try lease.withLockedValue { lease in
-                            guard !lease.expired else { throw PostgresTimeout(leased: false, after: Self.timeout) }
+                            guard !lease.expired else { throw PostgresTimeout(leased: false, after: timeout) }
                             lease.connection = connection
                             lease.leased = true
                         }
@@ -116,7 +116,7 @@ struct PostgresConnections: Sendable {
     }
 }
 
-/// The database did not finish within `PostgresConnections.timeout`: no connection was lent
+/// The database did not finish within its deadline (`PostgresConnections.timeout`): no connection was lent
 /// (`leased` false: the database is down or every connection busy), or the one lent gave no
 /// answer in time (frozen, cut off, or a lock held elsewhere).
 struct PostgresTimeout: Error, CustomStringConvertible {

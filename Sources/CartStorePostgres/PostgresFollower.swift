@@ -78,7 +78,7 @@ actor PostgresFollower {
         while true {
             let read = ReadLog(after: delivered)
             let logger = self.logger
-            let page = try await connections.withConnection(until: .now + PostgresConnections.timeout) { connection in
+            let page = try await connections.withConnection(until: .now + connections.timeout) { connection in
                 var page: [CartEvent] = []
                 for try await event in try await connection.execute(read, logger: logger) { page.append(event) }
                 return page

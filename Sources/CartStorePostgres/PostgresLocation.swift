@@ -32,13 +32,14 @@ struct PostgresLocation: Sendable, Equatable {
         self.database = database.removingPercentEncoding ?? database
     }
 
-    var clientConfiguration: PostgresClient.Configuration {
+    /// The pool's configuration, for uses of the database that end by `deadline`.
+    func clientConfiguration(deadline: Duration) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host, port: port, username: username, password: password, database: database, tls: .disable)
-        configuration.options.additionalStartupParameters = Self.sessionSettings
+        configuration.options.additionalStartupParameters = Self.sessionSettings(deadline: deadline)
         // A new connection to a database that accepts but does not answer (frozen) is given up
         // like any other use of it (`PostgresConnections`); the pool then tries again.
-        configuration.options.connectTimeout = PostgresConnections.timeout
+        configuration.options.connectTimeout = deadline
         return configuration
     }
 
@@ -47,14 +48,17 @@ struct PostgresLocation: Sendable, Equatable {
     /// `store_unavailable` ("nothing was written") with the session intact, before the
     /// deadline of `PostgresConnections` would close it; and a session of ours that stops in
     /// the middle of a transaction (its server frozen, or cut off) gives the lock up after
-    /// `idle_in_transaction_session_timeout`, so that the other servers write again. Both are
-    /// far above any wait of a healthy server, even a loaded one. Migrations run before any
-    /// deadline applies.
-    static let sessionSettings: [(String, String)] = [
-        ("application_name", "fanout"),
-        ("lock_timeout", "3s"),
-        ("idle_in_transaction_session_timeout", "10s"),
-    ]
+    /// `idle_in_transaction_session_timeout`, so that the other servers write again. Both
+    /// follow the deadline (3 s and 10 s for the default 4 s): far above any wait of a healthy
+    /// server, even a loaded one. Migrations run before any deadline applies.
+    static func sessionSettings(deadline: Duration) -> [(String, String)] {
+        let milliseconds = Int(deadline / .milliseconds(1))
+        return [
+            ("application_name", "fanout"),
+            ("lock_timeout", "\(max(milliseconds * 3 / 4, 1))ms"),
+            ("idle_in_transaction_session_timeout", "\(max(milliseconds * 5 / 2, 1_000))ms"),
+        ]
+    }
 
     /// The URL without its password, for messages.
     var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }
