@@ -302,7 +302,7 @@ struct MessageReader {
             try await handle(.event(event, raw: raw))
         case .error(let code, let message):
             try await handle(.serverError(code: code, message: message))
-        case .heartbeat:
+        case .heartbeat, .presence, .presenceJoin, .presenceUpdate, .presenceLeave:
             break
         }
     }

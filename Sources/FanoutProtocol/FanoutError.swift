@@ -93,19 +93,28 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
     /// The subscription's token expired (a WebSocket may `refresh` it before then): reconnect
     /// with a fresh one and resume.
     case tokenExpired = "token_expired"
+    /// A subscription's presence that cannot be: on all carts (presence needs them named), a
+    /// member key outside its rules, a state change without presence.
+    case invalidPresence = "invalid_presence"
+    /// A presence state that is not a JSON object of at most `PresenceLimits.maxStateBytes`.
+    case invalidPresenceState = "invalid_presence_state"
+    /// A cart already has the server's most members (`--presence-max-members`).
+    case presenceFull = "presence_full"
+    /// More than `PresenceLimits.maxStateChangesPerSecond` state changes in a second.
+    case presenceRateLimited = "presence_rate_limited"
 
     /// The HTTP status of an answer with this code; nil for the codes only ever sent on an open
     /// subscription.
     public var httpStatus: Int? {
         switch self {
-        case .malformedRequest, .invalidCarts, .tooManyCarts, .invalidIdempotencyKey: 400
+        case .malformedRequest, .invalidCarts, .tooManyCarts, .invalidIdempotencyKey, .invalidPresence, .invalidPresenceState: 400
         case .unauthorized, .invalidToken: 401
         case .badToken, .originNotAllowed, .forbiddenCart, .insufficientScope: 403
         case .notFound, .cartNotFound, .itemNotFound: 404
         case .methodNotAllowed: 405
         case .notAcceptable: 406
         case .requestTimeout: 408
-        case .quantityOverflow, .tooManyItems, .sinceAhead: 409
+        case .quantityOverflow, .tooManyItems, .sinceAhead, .presenceFull: 409
         case .historyTooOld: 410
         case .versionConflict: 412
         case .bodyTooLarge: 413
@@ -114,6 +123,7 @@ public enum FanoutErrorCode: String, Sendable, Hashable, CaseIterable, Codable {
         case .invalidCartID, .invalidSKU, .invalidQuantity, .invalidPrice, .invalidName, .invalidLimit, .invalidSince, .invalidWait,
             .idempotencyKeyReused:
             422
+        case .presenceRateLimited: 429
         case .headersTooLarge: 431
         case .internalError: 500
         case .overloaded, .storeUnavailable, .schemaTooNew, .databaseInUse, .notAFanoutDatabase, .shuttingDown, .serverFull: 503

@@ -21,8 +21,12 @@ public enum FanoutJSON {
 /// A message a subscriber sends over the WebSocket (`/subscribe`), as a JSON text frame.
 public enum ClientMessage: Sendable, Hashable {
     /// Start (or restart) the subscription: only `carts` (all when `nil`), resuming after
-    /// `since` when given, else from a snapshot.
-    case subscribe(carts: [String]?, since: Int64?)
+    /// `since` when given, else from a snapshot; with `presence`, present on those carts (named
+    /// ones only) and following who else is.
+    case subscribe(carts: [String]?, since: Int64?, presence: PresenceRequest? = nil)
+    /// Changes the state this subscription shows on every cart it is present on (a
+    /// subscription with `presence` only).
+    case presence(state: PresenceState)
     /// Renews the lease. Any message of the protocol renews it; this one does nothing else.
     case heartbeat
     /// Hands the server a fresh signed token before the connection's expires: one for the same
@@ -31,7 +35,7 @@ public enum ClientMessage: Sendable, Hashable {
     case refresh(token: String)
 
     public enum Kind: String, Codable, Sendable {
-        case subscribe, heartbeat, refresh
+        case subscribe, heartbeat, refresh, presence
     }
 
     /// What a `since` may be, in words, for every message that refuses one.
@@ -69,6 +73,15 @@ public enum ServerMessage: Sendable, Hashable {
     /// A `FanoutErrorCode`'s raw value (kept as text so that a newer server's code still
     /// decodes) and a message for people.
     case error(code: String, message: String)
+    /// Who is on a cart now (a subscription with presence gets it first for each of its carts,
+    /// and again whenever it may have missed a change). Replaces what the client held.
+    case presence(cartID: String, members: [PresenceMember])
+    /// A member joined the cart's presence.
+    case presenceJoin(cartID: String, member: PresenceMember)
+    /// A member changed its state.
+    case presenceUpdate(cartID: String, member: PresenceMember)
+    /// A member left the cart's presence, for `reason`.
+    case presenceLeave(cartID: String, member: PresenceMember.ID, reason: PresenceLeaveReason)
 
     /// An error message for `error`.
     public static func error(_ error: FanoutError) -> ServerMessage {
@@ -108,7 +121,7 @@ public enum ServerMessage: Sendable, Hashable {
     }
 
     public enum Kind: String, Codable, Sendable {
-        case welcome, snapshot, event, heartbeat, error
+        case welcome, snapshot, event, heartbeat, error, presence, presenceJoin, presenceUpdate, presenceLeave
     }
 
     public var kind: Kind {
@@ -118,6 +131,10 @@ public enum ServerMessage: Sendable, Hashable {
         case .event: .event
         case .heartbeat: .heartbeat
         case .error: .error
+        case .presence: .presence
+        case .presenceJoin: .presenceJoin
+        case .presenceUpdate: .presenceUpdate
+        case .presenceLeave: .presenceLeave
         }
     }
 }
@@ -136,7 +153,7 @@ public enum FanoutCloseCode: UInt16, Sendable, CaseIterable {
 }
 
 private enum MessageKeys: String, CodingKey {
-    case type, carts, since, seq, reason, more, latestSeq, code, message, token
+    case type, carts, since, seq, reason, more, latestSeq, code, message, token, presence, state, cartId, members, member, user
 }
 
 extension ClientMessage: Codable {
@@ -146,11 +163,14 @@ extension ClientMessage: Codable {
         case .subscribe:
             self = .subscribe(
                 carts: try container.decodeIfPresent([String].self, forKey: .carts),
-                since: try Self.since(in: container))
+                since: try Self.since(in: container),
+                presence: try container.decodeIfPresent(PresenceRequest.self, forKey: .presence))
         case .heartbeat:
             self = .heartbeat
         case .refresh:
             self = .refresh(token: try container.decode(String.self, forKey: .token))
+        case .presence:
+            self = .presence(state: try container.decode(PresenceState.self, forKey: .state))
         }
     }
 
@@ -181,15 +201,19 @@ extension ClientMessage: Codable {
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: MessageKeys.self)
         switch self {
-        case .subscribe(let carts, let since):
+        case .subscribe(let carts, let since, let presence):
             try container.encode(Kind.subscribe, forKey: .type)
             try container.encodeIfPresent(carts, forKey: .carts)
             try container.encodeIfPresent(since, forKey: .since)
+            try container.encodeIfPresent(presence, forKey: .presence)
         case .heartbeat:
             try container.encode(Kind.heartbeat, forKey: .type)
         case .refresh(let token):
             try container.encode(Kind.refresh, forKey: .type)
             try container.encode(token, forKey: .token)
+        case .presence(let state):
+            try container.encode(Kind.presence, forKey: .type)
+            try container.encode(state, forKey: .state)
         }
     }
 }
@@ -214,6 +238,25 @@ extension ServerMessage: Codable {
             self = .error(
                 code: try container.decode(String.self, forKey: .code),
                 message: try container.decode(String.self, forKey: .message))
+        case .presence:
+            self = .presence(
+                cartID: try container.decode(String.self, forKey: .cartId),
+                members: try container.decode([PresenceMember].self, forKey: .members))
+        case .presenceJoin:
+            self = .presenceJoin(
+                cartID: try container.decode(String.self, forKey: .cartId),
+                member: try container.decode(PresenceMember.self, forKey: .member))
+        case .presenceUpdate:
+            self = .presenceUpdate(
+                cartID: try container.decode(String.self, forKey: .cartId),
+                member: try container.decode(PresenceMember.self, forKey: .member))
+        case .presenceLeave:
+            self = .presenceLeave(
+                cartID: try container.decode(String.self, forKey: .cartId),
+                member: PresenceMember.ID(
+                    user: try container.decodeIfPresent(String.self, forKey: .user),
+                    member: try container.decode(String.self, forKey: .member)),
+                reason: try container.decode(PresenceLeaveReason.self, forKey: .reason))
         }
     }
 
@@ -237,6 +280,17 @@ extension ServerMessage: Codable {
         case .error(let code, let message):
             try container.encode(code, forKey: .code)
             try container.encode(message, forKey: .message)
+        case .presence(let cartID, let members):
+            try container.encode(cartID, forKey: .cartId)
+            try container.encode(members, forKey: .members)
+        case .presenceJoin(let cartID, let member), .presenceUpdate(let cartID, let member):
+            try container.encode(cartID, forKey: .cartId)
+            try container.encode(member, forKey: .member)
+        case .presenceLeave(let cartID, let member, let reason):
+            try container.encode(cartID, forKey: .cartId)
+            try container.encodeIfPresent(member.user, forKey: .user)
+            try container.encode(member.member, forKey: .member)
+            try container.encode(reason, forKey: .reason)
         }
     }
 }
