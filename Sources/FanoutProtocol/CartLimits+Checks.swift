@@ -49,7 +49,7 @@ extension CartLimits {
     }
 
     /// Quotes user input for an error message without letting a huge value flood it.
-    static func quoted(_ value: String) -> String {
+    public static func quoted(_ value: String) -> String {
         let shown = value.count > 80 ? String(value.prefix(80)) + "…" : value
         return "\"\(shown)\""
     }

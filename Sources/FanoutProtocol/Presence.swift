@@ -165,10 +165,27 @@ public struct PresenceRequest: Codable, Sendable, Hashable {
 
     enum CodingKeys: String, CodingKey { case key, state }
 
+    /// A key that is not a string is `invalid_presence`, a state that is not an object
+    /// `invalid_presence_state`: the subscription's mistakes, not unreadable messages.
     public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        key = try container.decodeIfPresent(String.self, forKey: .key)
-        state = try container.decodeIfPresent(PresenceState.self, forKey: .state) ?? [:]
+        guard let container = try? decoder.container(keyedBy: CodingKeys.self) else {
+            throw FanoutError(.invalidPresence, "presence is an object: {\"key\":…,\"state\":{…}}, both optional")
+        }
+        do {
+            key = try container.decodeIfPresent(String.self, forKey: .key)
+        } catch {
+            throw FanoutError(.invalidPresence, "a presence key is a string")
+        }
+        state = try Self.state(in: container, forKey: .state) ?? [:]
+    }
+
+    /// A state at `key`, if present; one that is not a JSON object is `invalid_presence_state`.
+    static func state<Key: CodingKey>(in container: KeyedDecodingContainer<Key>, forKey key: Key) throws -> PresenceState? {
+        do {
+            return try container.decodeIfPresent(PresenceState.self, forKey: key)
+        } catch {
+            throw FanoutError(.invalidPresenceState, "a presence state is a JSON object")
+        }
     }
 
     public func encode(to encoder: any Encoder) throws {

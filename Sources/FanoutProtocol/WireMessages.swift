@@ -170,7 +170,10 @@ extension ClientMessage: Codable {
         case .refresh:
             self = .refresh(token: try container.decode(String.self, forKey: .token))
         case .presence:
-            self = .presence(state: try container.decode(PresenceState.self, forKey: .state))
+            guard let state = try PresenceRequest.state(in: container, forKey: .state) else {
+                throw FanoutError(.invalidPresenceState, "a presence message carries its state: {\"type\":\"presence\",\"state\":{…}}")
+            }
+            self = .presence(state: state)
         }
     }
 

@@ -46,6 +46,7 @@ func buildApplication(
     configuration: ServerConfiguration,
     store: CartStore,
     storeService: (any Service)? = nil,
+    presenceSharing: (any PresenceSharing & Service)? = nil,
     logger: Logger,
     onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws -> FanoutServerApp {
@@ -57,7 +58,8 @@ func buildApplication(
         settings: .init(
             leaseTTL: .nanoseconds(Int64(configuration.leaseTTL.seconds * 1e9)),
             ringCapacity: configuration.ringSize,
-            maxSubscribers: configuration.maxSubscribers), logger: logger)
+            maxSubscribers: configuration.maxSubscribers, maxPresenceMembers: configuration.maxPresenceMembers),
+        presenceSharing: presenceSharing, logger: logger)
     store.observers.add(hub)
     var tokenKeys: TokenKeys?
     if configuration.jwtSecret != nil || configuration.jwtKey != nil {
@@ -105,7 +107,7 @@ func buildApplication(
             address: .hostname(configuration.host, port: configuration.port), serverName: "fanout",
             availableConnectionsDelegate: configuration.maxConnections.map { MaximumAvailableConnections($0, logger: logger) }),
         // The store's (PostgreSQL's pool and follower) first.
-        services: [storeService].compactMap { $0 } + [
+        services: [storeService, presenceSharing].compactMap { $0 } + [
             HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval),
             IdempotencyKeyPruner(
                 store: store, timeToLive: configuration.idempotencyKeysTTL, maxKeys: configuration.idempotencyKeysMax, logger: logger),

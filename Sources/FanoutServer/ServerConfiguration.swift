@@ -48,6 +48,8 @@ struct ServerConfiguration: Sendable {
     var idempotencyKeysTTL: Duration = .seconds(24 * 3600)
     /// The most idempotency keys kept; past it the oldest go (`--idempotency-keys-max`).
     var idempotencyKeysMax = 1_000_000
+    /// The most members of one cart's presence (`--presence-max-members`).
+    var maxPresenceMembers = 1_000
 }
 
 extension Duration {

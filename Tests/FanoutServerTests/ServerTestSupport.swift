@@ -116,9 +116,32 @@ final class TestSubscriber: Sendable {
     }
 
     /// Waits for the welcome, then subscribes.
-    func subscribe(carts: [String]? = nil, since: Int64? = nil) async throws {
+    func subscribe(carts: [String]? = nil, since: Int64? = nil, presence: PresenceRequest? = nil) async throws {
         await eventually("welcome") { messages.contains { $0.kind == .welcome } }
-        try await send(.subscribe(carts: carts, since: since))
+        try await send(.subscribe(carts: carts, since: since, presence: presence))
+    }
+
+    /// Its presence messages, in order.
+    var presence: [ServerMessage] {
+        messages.filter { [.presence, .presenceJoin, .presenceUpdate, .presenceLeave].contains($0.kind) }
+    }
+
+    /// Who it holds on `cart`, from its presence messages as a client applies them.
+    func members(of cart: String) -> [PresenceMember.ID: PresenceMember] {
+        var members: [PresenceMember.ID: PresenceMember] = [:]
+        for message in presence {
+            switch message {
+            case .presence(let cartID, let all) where cartID == cart:
+                members = Dictionary(uniqueKeysWithValues: all.map { ($0.id, $0) })
+            case .presenceJoin(let cartID, let member) where cartID == cart, .presenceUpdate(let cartID, let member) where cartID == cart:
+                members[member.id] = member
+            case .presenceLeave(let cartID, let id, _) where cartID == cart:
+                members[id] = nil
+            default:
+                break
+            }
+        }
+        return members
     }
 
     /// The close frame the server sent, once the connection ends.

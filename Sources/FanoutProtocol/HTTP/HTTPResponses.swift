@@ -39,6 +39,21 @@ public struct CartResponse: Codable, Sendable, Hashable {
     }
 }
 
+/// `GET /carts/{id}/presence`: who is on the cart now, on every server, oldest first.
+public struct PresenceResponse: Codable, Sendable, Hashable {
+    public var cartID: String
+    public var members: [PresenceMember]
+
+    public init(cartID: String, members: [PresenceMember]) {
+        self.cartID = cartID
+        self.members = members
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case cartID = "cartId", members
+    }
+}
+
 /// What every cart mutation answers: the cart after the change, the seq of the event it wrote,
 /// and how many subscribers that event was queued to.
 public struct MutationResponse: Codable, Sendable, Hashable {

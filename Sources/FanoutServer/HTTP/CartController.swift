@@ -16,6 +16,7 @@ struct CartController: Sendable {
     func addRoutes(to group: RouterGroup<FanoutRequestContext>) {
         group.get(use: list)
         group.get(":cartID", use: show)
+        group.get(":cartID/presence", use: presence)
         group.delete(":cartID", use: clear)
         group.post(":cartID/items", use: add)
         group.patch(":cartID/items/:sku", use: setQuantity)
@@ -40,6 +41,15 @@ struct CartController: Sendable {
             from: request, context: context)
         response.headers[.eTag] = "\"\(cart.version)\""
         return response
+    }
+
+    /// Who is on the cart now: read as the cart is (its read access), from the hub, without
+    /// the store.
+    @Sendable func presence(_ request: Request, context: FanoutRequestContext) async throws -> Response {
+        let cartID = try context.parameters.require("cartID")
+        try CartLimits.checkCartID(cartID)
+        _ = try context.grant.readable([cartID])
+        return try PresenceResponse(cartID: cartID, members: hub.presence.members(of: cartID)).response(from: request, context: context)
     }
 
     @Sendable func add(_ request: Request, context: FanoutRequestContext) async throws -> Response {

@@ -42,3 +42,4 @@ extension CartResponse: JSONBytesResponse {}
 extension CartsResponse: JSONBytesResponse {}
 extension EventsPage: JSONBytesResponse {}
 extension HealthResponse: JSONBytesResponse {}
+extension PresenceResponse: ResponseEncodable {}

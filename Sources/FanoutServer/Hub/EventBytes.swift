@@ -67,7 +67,7 @@ enum ServerEncoding {
             case .event(let event): event.seq
             case .snapshot(_, let seq, _, let more): more ? nil : seq
             case .heartbeat(let latestSeq): latestSeq
-            case .welcome, .error: nil
+            case .welcome, .error, .presence, .presenceJoin, .presenceUpdate, .presenceLeave: nil
             }
         return WireMessage(type: message.kind, json: encode(message), seq: seq)
     }

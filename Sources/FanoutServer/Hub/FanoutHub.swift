@@ -24,6 +24,8 @@ final class FanoutHub: CartStoreObserver {
         var maxSubscribers = 10_000
         /// Events per log read while catching up: at most this many wait in one connection.
         var catchUpPageSize = 500
+        /// The most members of one cart's presence.
+        var maxPresenceMembers = 1_000
     }
 
     struct Stats: Codable, Sendable, Equatable {
@@ -148,6 +150,8 @@ final class FanoutHub: CartStoreObserver {
     /// ring to reach them. At most one per subscriber.
     let aheadOfRing: CommitWaiters
     let logger: Logger
+    /// Who is on which cart (`Presence/`).
+    let presence: PresenceRegistry
     private let registry = NIOLockedValueBox(Registry())
     /// One per event loop, made on first use (there are as many loops as cores).
     private let loops = NIOLockedValueBox<[LoopFanout]>([])
@@ -160,8 +164,12 @@ final class FanoutHub: CartStoreObserver {
     /// How many subscribers each recent event was for, for the mutation responses.
     private let deliveredCounts = NIOLockedValueBox(DeliveredCounts(capacity: 4_096))
 
-    init(store: CartStore, latestSeq: Int64, settings: Settings = .init(), logger: Logger) {
+    init(
+        store: CartStore, latestSeq: Int64, settings: Settings = .init(), presenceSharing: (any PresenceSharing)? = nil,
+        logger: Logger
+    ) {
         self.store = store
+        self.presence = PresenceRegistry(maxMembers: settings.maxPresenceMembers, sharing: presenceSharing)
         self.settings = settings
         self.ring = LiveRing(capacity: settings.ringCapacity, latestSeq: latestSeq)
         self.longPolls = CommitWaiters(limit: settings.maxSubscribers, latestSeq: latestSeq)

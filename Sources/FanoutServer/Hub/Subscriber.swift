@@ -1,3 +1,4 @@
+import FanoutProtocol
 import Logging
 import NIOCore
 
@@ -40,6 +41,12 @@ final class Subscriber: @unchecked Sendable {
     /// carts are decided from it once, and it ends when it expires unless refreshed.
     var grant: Grant
     var expiryTimer: Scheduled<Void>?
+    /// Presence (`Subscriber+Presence.swift`): whether it is present on its carts, the carts
+    /// whose presence changes it had no room for (it gets their whole presence when it drains),
+    /// and when it last changed its state (at most `PresenceLimits.maxStateChangesPerSecond`).
+    var isPresent = false
+    var presenceBehind: Set<String> = []
+    var presenceChanges: [NIODeadline] = []
 
     /// Made on `loop`, with the transport that carries its bytes and what its credential
     /// allows; `hub.connect` registers it.
@@ -123,6 +130,7 @@ final class Subscriber: @unchecked Sendable {
         _transport = nil
         if previous == .live { hub.fanout(for: loop).remove(self) }
         hub.forget(self, wasIn: previous, because: reason)
+        if isPresent { hub.presence.leave(self, because: PresenceLeaveReason(reason)) }
         transport?.close(for: reason)
     }
 

@@ -46,7 +46,9 @@ final class SubscriberConnection {
 
     /// The connection has room again: a live subscriber gets what it missed meanwhile.
     func drained() {
-        guard let subscriber, subscriber.phase == .live else { return }
+        guard let subscriber else { return }
+        subscriber.presenceDrained()
+        guard subscriber.phase == .live else { return }
         hub.fanout(for: subscriber.loop).drained()
     }
 

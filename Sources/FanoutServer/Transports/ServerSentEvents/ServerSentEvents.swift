@@ -59,6 +59,8 @@ enum ServerSentEvents {
         /// The cart filter, as the credential allows it (nil: every cart).
         var carts: Set<String>?
         var since: Int64?
+        /// Presence on its carts: `presence=1`, `presenceKey=K`, `presenceState=<JSON object>`.
+        var presence: PresenceRequest?
     }
 
     /// The subscription a request asks for, as `grant` allows it; throws the 400 to answer for
@@ -81,10 +83,37 @@ enum ServerSentEvents {
             throw APIError(problem, status: .badRequest)
         }
         do {
-            return Subscription(carts: try grant.readable(asked.map(Set.init)), since: since)
+            return Subscription(carts: try grant.readable(asked.map(Set.init)), since: since, presence: try presence(in: query))
         } catch {
             throw APIError(error)
         }
+    }
+}
+
+extension ServerSentEvents {
+    /// The presence a stream's query asks for, if any: `presence=1` (or `true`), `presenceKey`,
+    /// `presenceState` (a JSON object); either of the last two asks for presence by itself.
+    static func presence(in query: Parameters) throws(FanoutError) -> PresenceRequest? {
+        let flag = query.get("presence")
+        let key = query.get("presenceKey")
+        let stateText = query.get("presenceState")
+        if let flag, !["1", "true"].contains(flag) {
+            guard ["0", "false"].contains(flag) else {
+                throw FanoutError(.invalidPresence, "presence is 1 or 0 (got \(CartLimits.quoted(flag)))")
+            }
+            return nil
+        }
+        guard flag != nil || key != nil || stateText != nil else { return nil }
+        var state: PresenceState = [:]
+        if let stateText {
+            guard let decoded = try? FanoutJSON.decoder().decode(PresenceState.self, from: Data(stateText.utf8)) else {
+                throw FanoutError(.invalidPresenceState, "presenceState is a JSON object, URL-encoded")
+            }
+            state = decoded
+        }
+        let request = PresenceRequest(key: key, state: state)
+        try Subscriber.check(request)
+        return request
     }
 }
 

@@ -1,3 +1,4 @@
+import FanoutProtocol
 import Logging
 import NIOCore
 
@@ -108,7 +109,14 @@ final class ServerSentEventsTransport: ChannelInboundHandler, SubscriberTranspor
         guard let welcome = connection.open(channel, for: self, grant: grant) else { return }
         write(WireFraming.serverSentEvents.frame(ServerEncoding.message(welcome)))
         flush()
-        subscriber?.subscribe(carts: subscription.carts, since: subscription.since)
+        do throws(FanoutError) {
+            try subscriber?.subscribe(carts: subscription.carts, since: subscription.since, presence: subscription.presence)
+        } catch {
+            // Presence full since the request was admitted (or all carts): said as the stream's
+            // error, and the stream ends.
+            write(WireFraming.serverSentEvents.frame(ServerEncoding.message(.error(error))))
+            subscriber?.end(.peerClosed)
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {}

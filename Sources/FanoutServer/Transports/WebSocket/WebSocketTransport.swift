@@ -242,14 +242,14 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
             return answer(.error(error), to: subscriber)
         } catch {
             let problem = FanoutError(
-                .badMessage, "expected {\"type\":\"subscribe\"|\"heartbeat\"|\"refresh\",…}: \(Self.describe(error))")
+                .badMessage, "expected {\"type\":\"subscribe\"|\"heartbeat\"|\"refresh\"|\"presence\",…}: \(Self.describe(error))")
             return answer(.error(problem), to: subscriber)
         }
         subscriber.renewLease()
         switch message {
         case .heartbeat:
             break
-        case .subscribe(let carts, let since):
+        case .subscribe(let carts, let since, let presence):
             guard subscriber.phase == .connected else {
                 let problem = FanoutError(.alreadySubscribed, "this connection is already subscribed; open another to change the carts")
                 return answer(.error(problem), to: subscriber)
@@ -257,8 +257,14 @@ final class WebSocketTransport: ChannelInboundHandler, SubscriberTransport {
             if let problem = endpoint.validate(carts: carts, since: since) {
                 return answer(.error(problem), to: subscriber)
             }
-            do {
-                subscriber.subscribe(carts: try subscriber.grant.readable(carts.map(Set.init)), since: since)
+            do throws(FanoutError) {
+                try subscriber.subscribe(carts: try subscriber.grant.readable(carts.map(Set.init)), since: since, presence: presence)
+            } catch {
+                answer(.error(error), to: subscriber)
+            }
+        case .presence(let state):
+            do throws(FanoutError) {
+                try subscriber.changePresence(to: state)
             } catch {
                 answer(.error(error), to: subscriber)
             }

@@ -1,0 +1,81 @@
+import FanoutProtocol
+import NIOCore
+
+/// Presence, seen from one subscriber: joining with its subscription, changing its state, and
+/// taking the presence messages of its carts without ever queueing them.
+extension Subscriber {
+    /// Subscribes to `carts` after `since` (as `subscribe(carts:since:)`), and, with `presence`,
+    /// joins their presence first. Throws, subscribing to nothing, when presence cannot be:
+    /// `invalid_presence` (all carts, a bad key), `invalid_presence_state`, `presence_full`.
+    func subscribe(carts: Set<String>?, since: Int64?, presence: PresenceRequest?) throws(FanoutError) {
+        guard phase == .connected else { return }
+        if let presence {
+            guard let carts else {
+                throw FanoutError(
+                    .invalidPresence, "presence needs the carts named: subscribe with carts (a token for all carts names none)")
+            }
+            try Self.check(presence)
+            try hub.presence.join(self, carts: carts, request: presence)
+            isPresent = true
+        }
+        subscribe(carts: carts, since: since)
+    }
+
+    /// Changes the state it shows, at most `PresenceLimits.maxStateChangesPerSecond` times a
+    /// second.
+    func changePresence(to state: PresenceState) throws(FanoutError) {
+        guard isPresent else {
+            throw FanoutError(.invalidPresence, "this subscription is not present on its carts: subscribe with presence first")
+        }
+        try Self.check(state)
+        let now = loop.now
+        presenceChanges.removeAll { $0 + .seconds(1) <= now }
+        guard presenceChanges.count < PresenceLimits.maxStateChangesPerSecond else {
+            throw FanoutError(
+                .presenceRateLimited,
+                "at most \(PresenceLimits.maxStateChangesPerSecond) state changes a second; this one was not made")
+        }
+        presenceChanges.append(now)
+        try hub.presence.update(self, state: state)
+    }
+
+    /// Hands it a presence message of `cart` (framed for every transport), from any thread: on
+    /// its loop, written when its connection has room; otherwise dropped, and the cart's whole
+    /// presence sent when it drains.
+    func sendPresence(_ frames: [ByteBuffer], cart: String) {
+        loop.execute {
+            guard !self.isEnded, let transport = self.transport, !self.presenceBehind.contains(cart) else { return }
+            guard transport.isWritable else {
+                self.presenceBehind.insert(cart)
+                return
+            }
+            transport.write(frames[self.framing.rawValue])
+            transport.flush()
+        }
+    }
+
+    /// Its connection has room again: the carts whose changes it missed are sent whole.
+    func presenceDrained() {
+        guard !presenceBehind.isEmpty else { return }
+        let carts = presenceBehind
+        presenceBehind = []
+        for cart in carts.sorted() { hub.presence.resend(cart, to: self) }
+    }
+
+    static func check(_ request: PresenceRequest) throws(FanoutError) {
+        if let key = request.key, !PresenceLimits.isValidMemberKey(key) {
+            throw FanoutError(
+                .invalidPresence,
+                "a presence key is 1–\(PresenceLimits.maxMemberKeyLength) characters of A-Za-z0-9._- (got \(CartLimits.quoted(key)))")
+        }
+        try check(request.state)
+    }
+
+    static func check(_ state: PresenceState) throws(FanoutError) {
+        guard let size = PresenceLimits.size(of: state), size <= PresenceLimits.maxStateBytes else {
+            throw FanoutError(
+                .invalidPresenceState,
+                "a presence state is a JSON object of at most \(PresenceLimits.maxStateBytes) bytes as compact JSON")
+        }
+    }
+}

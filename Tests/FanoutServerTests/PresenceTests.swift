@@ -1,0 +1,202 @@
+import CartStore
+import FanoutTestSupport
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import Testing
+
+@testable import FanoutServer
+
+/// Presence on one server: who is on a cart, over WebSocket and event streams, as each
+/// subscriber sees it.
+@Suite("Presence", .timeLimit(.minutes(2)))
+struct PresenceTests {
+    private static func id(_ key: String, user: String? = nil) -> PresenceMember.ID { .init(user: user, member: key) }
+
+    @Test func twoMembersSeeEachOtherJoinChangeStateAndLeaveAtOnce() async throws {
+        try await withServer { port, server in
+            let ann = TestSubscriber(port: port)
+            try await ann.subscribe(carts: ["a"], presence: PresenceRequest(key: "ann"))
+            await eventually("ann's presence of a") { ann.members(of: "a").keys.contains(Self.id("ann")) }
+            #expect(ann.presence.first?.kind == .presence, "the whole presence comes first")
+
+            let bob = TestSubscriber(port: port)
+            try await bob.subscribe(carts: ["a"], presence: PresenceRequest(key: "bob", state: ["editing": false]))
+            await eventually("ann sees bob join") { ann.members(of: "a")[Self.id("bob")] != nil }
+            await eventually("bob sees both") { Set(bob.members(of: "a").keys) == [Self.id("ann"), Self.id("bob")] }
+            #expect(ann.members(of: "a")[Self.id("bob")]?.state == ["editing": false])
+
+            try await bob.send(.presence(state: ["editing": true]))
+            await eventually("ann sees bob's state") { ann.members(of: "a")[Self.id("bob")]?.state == ["editing": true] }
+            await eventually("bob's own change comes back to him") { bob.members(of: "a")[Self.id("bob")]?.state == ["editing": true] }
+            #expect(server.hub.presence.members(of: "a").map(\.member) == ["ann", "bob"], "oldest first")
+
+            let closedAt = ContinuousClock.now
+            await bob.close()
+            await eventually("ann sees bob leave") { ann.members(of: "a")[Self.id("bob")] == nil }
+            #expect(ContinuousClock.now - closedAt < .seconds(1), "a closed connection leaves at once")
+            let leave = ann.presence.last
+            #expect(leave == .presenceLeave(cartID: "a", member: Self.id("bob"), reason: .closed))
+            await ann.close()
+            await eventually("nobody left") { server.hub.presence.members(of: "a").isEmpty }
+        }
+    }
+
+    @Test func anEventStreamIsPresentAndLeavesWhenItsConnectionCloses() async throws {
+        try await withServer { port, _ in
+            let watcher = TestSubscriber(port: port)
+            try await watcher.subscribe(carts: ["a"], presence: PresenceRequest(key: "watcher"))
+            await eventually("the watcher's presence") { !watcher.members(of: "a").isEmpty }
+            let state = "%7B%22editing%22%3Atrue%7D"  // {"editing":true}
+            let stream = try await EventStreamClient(port: port, path: "/subscribe?carts=a&presenceKey=tab-1&presenceState=\(state)")
+            await eventually("the stream's join") { watcher.members(of: "a")[Self.id("tab-1")]?.state == ["editing": true] }
+            await eventually("the stream's own presence event") { stream.events.contains { $0.name == "presence" } }
+            let presenceEvent = try #require(stream.events.first { $0.name == "presence" })
+            #expect(presenceEvent.id == nil, "presence is not in the log: no id to resume after")
+            #expect(presenceEvent.data.contains(#""member":"watcher""#) && presenceEvent.data.contains(#""member":"tab-1""#))
+            await stream.close()
+            await eventually("the stream's leave") { watcher.members(of: "a")[Self.id("tab-1")] == nil }
+            #expect(watcher.presence.last == .presenceLeave(cartID: "a", member: Self.id("tab-1"), reason: .closed))
+            await watcher.close()
+        }
+    }
+
+    @Test func aReconnectWithItsKeyTakesTheMembershipOverWithoutALeaveOrAJoin() async throws {
+        try await withServer { port, _ in
+            let watcher = TestSubscriber(port: port)
+            try await watcher.subscribe(carts: ["a"], presence: PresenceRequest(key: "watcher"))
+            let first = TestSubscriber(port: port)
+            try await first.subscribe(carts: ["a"], presence: PresenceRequest(key: "phone", state: ["screen": "cart"]))
+            await eventually("the phone's join") { watcher.members(of: "a")[Self.id("phone")] != nil }
+            let seen = watcher.presence.count
+
+            // The phone changes networks: its old connection is still open when the new one comes.
+            let second = TestSubscriber(port: port)
+            try await second.subscribe(carts: ["a"], presence: PresenceRequest(key: "phone", state: ["screen": "checkout"]))
+            await eventually("the new state") { watcher.members(of: "a")[Self.id("phone")]?.state == ["screen": "checkout"] }
+            await first.close()
+            // Something the watcher does see after the old connection's end: a third member.
+            let third = TestSubscriber(port: port)
+            try await third.subscribe(carts: ["a"], presence: PresenceRequest(key: "third"))
+            await eventually("the third's join") { watcher.members(of: "a")[Self.id("third")] != nil }
+            let between = Array(watcher.presence.dropFirst(seen))
+            #expect(between.map(\.kind) == [.presenceUpdate, .presenceJoin], "no leave and no join of the phone: \(between)")
+
+            await second.close()
+            await eventually("the phone leaves with its last connection") { watcher.members(of: "a")[Self.id("phone")] == nil }
+            await third.close()
+            await watcher.close()
+        }
+    }
+
+    @Test func aClientThatVanishesLeavesAtItsLeaseExpiry() async throws {
+        try await withServer({ $0.leaseTTL = .seconds(1) }) { port, _ in
+            let watcher = TestSubscriber(port: port)
+            try await watcher.subscribe(carts: ["a"], presence: PresenceRequest(key: "watcher"))
+            let silent = TestSubscriber(port: port)
+            try await silent.subscribe(carts: ["a"], presence: PresenceRequest(key: "silent"))
+            await eventually("the silent one's join") { watcher.members(of: "a")[Self.id("silent")] != nil }
+            silent.stopHeartbeats()
+            await eventually("its leave") { watcher.members(of: "a")[Self.id("silent")] == nil }
+            #expect(watcher.presence.last == .presenceLeave(cartID: "a", member: Self.id("silent"), reason: .leaseExpired))
+            #expect(watcher.members(of: "a")[Self.id("watcher")] != nil, "the heartbeating one stays")
+            await silent.close()
+            await watcher.close()
+        }
+    }
+
+    @Test func refusedPresenceSaysWhyAndSubscribesToNothing() async throws {
+        try await withServer({ $0.maxPresenceMembers = 1 }) { port, server in
+            let first = TestSubscriber(port: port)
+            try await first.subscribe(carts: ["a"], presence: PresenceRequest(key: "first"))
+            await eventually("the first member") { !first.members(of: "a").isEmpty }
+            let refusals: [(String, ClientMessage)] = [
+                ("presence_full", .subscribe(carts: ["a"], since: nil, presence: PresenceRequest(key: "second"))),
+                ("invalid_presence", .subscribe(carts: nil, since: nil, presence: PresenceRequest())),
+                ("invalid_presence", .subscribe(carts: ["b"], since: nil, presence: PresenceRequest(key: "no spaces"))),
+                (
+                    "invalid_presence_state",
+                    .subscribe(
+                        carts: ["b"], since: nil, presence: PresenceRequest(state: ["note": .string(String(repeating: "x", count: 1_100))]))
+                ),
+                ("invalid_presence", .presence(state: ["editing": true])),
+            ]
+            for (code, message) in refusals {
+                let other = TestSubscriber(port: port)
+                await eventually("welcome") { other.messages.contains { $0.kind == .welcome } }
+                try await other.send(message)
+                await eventually("the \(code) refusal") { other.errors == [code] }
+                #expect(other.snapshots.isEmpty, "nothing subscribed after \(code)")
+                await other.close()
+            }
+            let raw = TestSubscriber(port: port)
+            await eventually("welcome") { raw.messages.contains { $0.kind == .welcome } }
+            try await raw.sendRaw(.text(#"{"type":"subscribe","carts":["b"],"presence":{"state":[1,2]}}"#))
+            await eventually("a state that is no object") { raw.errors == ["invalid_presence_state"] }
+            await raw.close()
+            #expect(server.hub.presence.members(of: "a").map(\.member) == ["first"])
+            await first.close()
+        }
+    }
+
+    @Test func stateChangesPastTheRateAreRefusedAndChangeNothing() async throws {
+        try await withServer { port, _ in
+            let member = TestSubscriber(port: port)
+            try await member.subscribe(carts: ["a"], presence: PresenceRequest(key: "busy"))
+            await eventually("joined") { !member.members(of: "a").isEmpty }
+            for step in 0..<(PresenceLimits.maxStateChangesPerSecond + 5) {
+                try await member.send(.presence(state: ["step": .number(Double(step))]))
+            }
+            await eventually("refusals") { member.errors.contains("presence_rate_limited") }
+            let state = member.members(of: "a")[Self.id("busy")]?.state["step"]
+            #expect(state != .number(Double(PresenceLimits.maxStateChangesPerSecond + 4)), "the refused ones changed nothing")
+            await member.close()
+        }
+    }
+
+    @Test func aTokenReadsAndFollowsThePresenceOfItsOwnCartsOnly() async throws {
+        let alice = try await Tokens.hs256("alice", carts: ["a"])
+        try await withServer({ $0.jwtSecret = Tokens.secret }) { port, server in
+            let member = TestSubscriber(port: port, headers: [.authorization: "Bearer \(alice)"])
+            try await member.subscribe(carts: ["a"], presence: PresenceRequest(key: "k"))
+            await eventually("alice's presence") { member.members(of: "a")[Self.id("k", user: "alice")] != nil }
+            let intruder = TestSubscriber(port: port, headers: [.authorization: "Bearer \(alice)"])
+            try await intruder.subscribe(carts: ["b"], presence: PresenceRequest(key: "k"))
+            await eventually("refused") { intruder.errors == ["forbidden_cart"] }
+            await intruder.close()
+            let stream = try await EventStreamClient(port: port, path: "/subscribe?carts=b&presence=1&token=\(alice)")
+            await eventually("the answer") { stream.status != nil }
+            #expect(stream.status == 403)
+            await stream.close()
+            await member.close()
+            #expect(server.hub.presence.members(of: "b").isEmpty)
+        }
+    }
+
+    @Test func getPresenceAnswersWhoIsThereWithTheCartsReadRules() async throws {
+        let alice = try await Tokens.hs256("alice", carts: ["a"])
+        var configuration = ServerConfiguration()
+        configuration.jwtSecret = Tokens.secret
+        configuration.token = "operator"
+        let server = try await buildApplication(configuration: configuration, store: try CartStore.inMemory(), logger: Logger(label: "t"))
+        try await server.application.test(.router) { client in
+            try await client.execute(uri: "/carts/a/presence", method: .get, headers: [.authorization: "Bearer \(alice)"]) {
+                #expect($0.status == .ok)
+                let body = try FanoutJSON.decoder().decode(PresenceResponse.self, from: Data(buffer: $0.body))
+                #expect(body == PresenceResponse(cartID: "a", members: []), "a cart nobody is on is empty, never 404")
+            }
+            try await client.execute(uri: "/carts/b/presence", method: .get, headers: [.authorization: "Bearer \(alice)"]) {
+                #expect($0.status == .forbidden)
+                #expect(HTTPAPITests.errorCode($0.body) == "forbidden_cart")
+            }
+            try await client.execute(uri: "/carts/b/presence", method: .get) {
+                #expect($0.status == .unauthorized)
+            }
+            try await client.execute(uri: "/carts/b%21/presence", method: .get, headers: [.authorization: "Bearer operator"]) {
+                #expect(HTTPAPITests.errorCode($0.body) == "invalid_cart_id")
+            }
+        }
+    }
+}
