@@ -90,6 +90,11 @@ struct FanoutServerCommand: AsyncParsableCommand {
         help: ArgumentHelp("Most Idempotency-Keys kept; past it the oldest are forgotten first.", valueName: "keys"))
     var idempotencyKeysMax: Int = 1_000_000
 
+    @Option(
+        name: .customLong("presence-max-members"),
+        help: ArgumentHelp("Most members of one cart's presence; a subscription past it is refused presence_full.", valueName: "members"))
+    var presenceMaxMembers: Int = 1_000
+
     @Option(help: "trace, debug, info, notice, warning, error or critical (or set LOG_LEVEL).")
     var logLevel: String?
 
@@ -103,6 +108,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         guard maxSubscribers >= 1 else { throw ValidationError("--max-subscribers must be ≥ 1") }
         guard idempotencyKeysTtl.isFinite, idempotencyKeysTtl > 0 else { throw ValidationError("--idempotency-keys-ttl must be > 0") }
         guard idempotencyKeysMax >= 1 else { throw ValidationError("--idempotency-keys-max must be ≥ 1") }
+        guard presenceMaxMembers >= 1 else { throw ValidationError("--presence-max-members must be ≥ 1") }
         if let secret = signing.secret(environment: ProcessInfo.processInfo.environment), let weakness = TokenKeys.weakness(of: secret) {
             FileHandle.standardError.write(Data("warning: \(weakness)\n".utf8))
         }
@@ -125,6 +131,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.maxSubscribers = maxSubscribers
         configuration.idempotencyKeysTTL = .seconds(idempotencyKeysTtl)
         configuration.idempotencyKeysMax = idempotencyKeysMax
+        configuration.maxPresenceMembers = presenceMaxMembers
         configuration.token = token ?? environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         configuration.jwtSecret = signing.secret(environment: environment)
         configuration.jwtAudience = jwtAudience

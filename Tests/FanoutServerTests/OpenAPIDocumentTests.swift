@@ -42,7 +42,7 @@ struct OpenAPIDocumentTests {
                 operations.append((path, method))
             }
         }
-        #expect(operations.count == 13)
+        #expect(operations.count == 14)
         // Changes before removals, the line's removal before the cart's: each call finds what it needs.
         operations.sort { ($0.method == .delete ? 1 : 0, -$0.path.count) < ($1.method == .delete ? 1 : 0, -$1.path.count) }
         let ordered = operations
