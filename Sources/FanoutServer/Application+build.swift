@@ -61,6 +61,7 @@ func buildApplication(
             maxSubscribers: configuration.maxSubscribers, maxPresenceMembers: configuration.maxPresenceMembers),
         presenceSharing: presenceSharing, logger: logger)
     store.observers.add(hub)
+    presenceSharing?.attach(hub.presence)
     var tokenKeys: TokenKeys?
     if configuration.jwtSecret != nil || configuration.jwtKey != nil {
         tokenKeys = try await TokenKeys(secret: configuration.jwtSecret, keyFile: configuration.jwtKey, audience: configuration.jwtAudience)

@@ -40,7 +40,7 @@ final class PresenceRegistry: Sendable {
         var carts: [String: CartPresence] = [:]
         var memberships: [ObjectIdentifier: Membership] = [:]
         /// What the other servers held at their last view.
-        var remote: [PresenceKey: PresenceMember] = [:]
+        var remote: [Key: PresenceMember] = [:]
     }
 
     /// The most members of one cart (`--presence-max-members`).
@@ -133,7 +133,7 @@ final class PresenceRegistry: Sendable {
                 guard var presence = state.carts[cart] else { continue }
                 presence.followers[ObjectIdentifier(subscriber)] = nil
                 if let entry = presence.members[membership.id], case .local(let holder) = entry.holder, holder === subscriber {
-                    let key = PresenceKey(cart: cart, membership.id)
+                    let key = Key(cart: cart, membership.id)
                     if let other = state.remote[key] {
                         // Another server holds it now: it stays, as that server's.
                         presence.members[membership.id] = Entry(member: other, holder: .remote)
@@ -174,7 +174,7 @@ final class PresenceRegistry: Sendable {
     /// What the other servers hold now: the members new since their last view join, the changed
     /// ones update, and the ones gone leave, each for the reason their server gave
     /// (`departed`), or `node_lost`. A key this server holds itself is this server's to tell.
-    func apply(_ view: [PresenceKey: PresenceMember], departed: [PresenceKey: PresenceLeaveReason]) {
+    func apply(_ view: [Key: PresenceMember], departed: [Key: PresenceLeaveReason]) {
         state.withLockedValue { state in
             let previous = state.remote
             state.remote = view
@@ -232,20 +232,25 @@ final class PresenceRegistry: Sendable {
     }
 }
 
-/// A member's place: its cart and its identity.
-struct PresenceKey: Hashable, Sendable {
-    let cart: String
-    let id: PresenceMember.ID
+extension PresenceRegistry {
+    /// A member's place: its cart and its identity.
+    struct Key: Hashable, Sendable {
+        let cart: String
+        let id: PresenceMember.ID
 
-    init(cart: String, _ id: PresenceMember.ID) {
-        self.cart = cart
-        self.id = id
+        init(cart: String, _ id: PresenceMember.ID) {
+            self.cart = cart
+            self.id = id
+        }
     }
 }
 
 /// The other servers of the database, for presence: told of every change of this server's
-/// members. Neither call waits; the sharing writes in the background.
+/// members (neither call waits; the sharing writes in the background), and telling `registry`
+/// what the others hold (`PresenceRegistry.apply`).
 protocol PresenceSharing: Sendable {
+    /// The registry the others' views go to, once the hub is made.
+    func attach(_ registry: PresenceRegistry)
     func set(_ member: PresenceMember, cart: String)
     func remove(_ id: PresenceMember.ID, cart: String, reason: PresenceLeaveReason)
 }
