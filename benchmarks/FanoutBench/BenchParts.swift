@@ -142,7 +142,7 @@ struct ProcessMeter: Sendable {
 }
 
 /// The one JSON line a bench run prints.
-struct BenchReport: Encodable {
+struct BenchReport: JSONLine {
     struct Latency: Encodable {
         var p50: Double
         var p99: Double
@@ -228,6 +228,12 @@ struct BenchReport: Encodable {
         return Double(seconds) * 1_000 + Double(attoseconds) / 1e15
     }
 
+}
+
+/// A report printed as one JSON line, keys sorted.
+protocol JSONLine: Encodable {}
+
+extension JSONLine {
     func json() -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]

@@ -77,7 +77,7 @@ final class SubscriberFleet: Sendable {
         guard count > 0 else { return }
         let endpoints = try target.baseURLs.indices.map { try Endpoint(target, server: $0) }
         for index in 0..<count {
-            open(endpoints[index % endpoints.count])
+            open(endpoints[index % endpoints.count], index: index)
             if index % 100 == 99 {
                 while readyCount.load(ordering: .relaxed) + failed.load(ordering: .relaxed) < index - 200 {
                     try await Task.sleep(for: .milliseconds(5))
@@ -93,8 +93,8 @@ final class SubscriberFleet: Sendable {
         }
     }
 
-    /// Starts one subscriber's connection; its outcome arrives through `settle`.
-    private func open(_ endpoint: Endpoint) {
+    /// Starts subscriber `index`'s connection; its outcome arrives through `settle`.
+    private func open(_ endpoint: Endpoint, index: Int) {
         let attempt = Attempt()
         let settle: @Sendable (_ ready: Bool) -> Void = { [self] ready in
             guard attempt.settle() else { return }
@@ -114,7 +114,7 @@ final class SubscriberFleet: Sendable {
                         try self.shard(of: channel).handlers.value.append(handler)
                         return
                     }
-                    try self.configureUpgrade(of: channel, endpoint: endpoint, settle: settle).whenComplete { result in
+                    try self.configureUpgrade(of: channel, endpoint: endpoint, index: index, settle: settle).whenComplete { result in
                         // Upgraded: the handler settles (fanout: on the welcome). Refused or failed: over.
                         if case .success(true) = result { return }
                         settle(false)
@@ -135,14 +135,16 @@ final class SubscriberFleet: Sendable {
     /// `BenchSubscriberHandler`, registered with its loop's shard. The future tells whether
     /// the server upgraded.
     private func configureUpgrade(
-        of channel: any Channel, endpoint: Endpoint, settle: @escaping @Sendable (_ ready: Bool) -> Void
+        of channel: any Channel, endpoint: Endpoint, index: Int, settle: @escaping @Sendable (_ ready: Bool) -> Void
     ) throws -> EventLoopFuture<Bool> {
         let peer = target.peer
+        let presence = target.presence
+        let key = "m\(index)"
         let shard = try shard(of: channel)
         let maxFrameSize = peer == .nats ? Self.maxNATSFrameSize : Self.maxFrameSize
         let upgrader = NIOTypedWebSocketClientUpgrader<Bool>(maxFrameSize: maxFrameSize) { channel, _ in
             channel.eventLoop.makeCompletedFuture {
-                let handler = BenchSubscriberHandler(peer: peer, settle: settle)
+                let handler = BenchSubscriberHandler(peer: peer, presence: presence, key: key, settle: settle)
                 try channel.pipeline.syncOperations.addHandler(handler)
                 shard.handlers.value.append(handler)
                 return true
@@ -182,6 +184,39 @@ final class SubscriberFleet: Sendable {
             if behind ?? false { return true }
         }
         return false
+    }
+
+    /// Waits until `done` holds for the presence tallies of the subscribers that got ready, or
+    /// `timeout` passes; tells which. The tallies are read on their loops every 20 ms.
+    func waitForPresence(timeout: Duration, until done: @escaping @Sendable ([PresenceTally]) -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if done(await presenceTallies()) { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return false
+    }
+
+    /// The presence tally of each subscriber that got ready, collected on their loops.
+    func presenceTallies() async -> [PresenceTally] {
+        var all: [PresenceTally] = []
+        for shard in shards {
+            all +=
+                (try? await shard.loop.submit {
+                    shard.handlers.value.filter(\.isReady).map(\.presence)
+                }.get()) ?? []
+        }
+        return all
+    }
+
+    /// Has every subscriber close its WebSocket (a close frame; the server closes the
+    /// connection), all at once, in the order they were opened on each loop.
+    func closeAll() async {
+        for shard in shards {
+            try? await shard.loop.submit {
+                for handler in shard.handlers.value { handler.close() }
+            }.get()
+        }
     }
 
     /// Receipts of each subscriber that was connected, collected on their loops.
@@ -249,13 +284,20 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
 
     /// This subscriber's deliveries, in arrival order.
     private(set) var receipts: [Receipt] = []
+    /// With `--presence-cart`: its presence messages, counted as they arrive.
+    private(set) var presence = PresenceTally()
     /// Subscribed: for fanout, once the subscribe message has gone; for nchan, once upgraded;
     /// for NATS, once the PONG after its SUB has come back.
     private(set) var isReady = false
 
     private let peer: FanoutBench.Peer
+    /// With `--presence-cart`: the cart it subscribes to instead of all carts, and `key` its
+    /// presence key when present.
+    private let presenceSubscription: PresenceSubscription?
+    private let key: String
     /// Reports the connection's outcome to the fleet (only the first call counts).
     private let settle: @Sendable (_ ready: Bool) -> Void
+    private var channel: (any Channel)?
     private var heartbeats: RepeatedTask?
     private var fragments = Fragments.none
     private var closeSent = false
@@ -263,12 +305,18 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
     private var natsReader = NATSReader()
     private var natsSubscribed = false
 
-    init(peer: FanoutBench.Peer, settle: @escaping @Sendable (_ ready: Bool) -> Void) {
+    init(
+        peer: FanoutBench.Peer, presence: PresenceSubscription? = nil, key: String = "",
+        settle: @escaping @Sendable (_ ready: Bool) -> Void
+    ) {
         self.peer = peer
+        self.presenceSubscription = presence
+        self.key = key
         self.settle = settle
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        channel = context.channel
         // nchan has nothing to negotiate: connected is subscribed.
         if peer == .nchan { becomeReady() }
     }
@@ -314,6 +362,7 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
     func channelInactive(context: ChannelHandlerContext) {
         heartbeats?.cancel()
         heartbeats = nil
+        presence.isClosed = true
         if !isReady { settle(false) }
         context.fireChannelInactive()
     }
@@ -322,8 +371,18 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
         context.close(promise: nil)
     }
 
+    /// Closes its WebSocket: a close frame (1000); the server answers and closes the connection.
+    func close() {
+        guard !closeSent, let channel else { return }
+        closeSent = true
+        heartbeats?.cancel()
+        heartbeats = nil
+        channel.writeAndFlush(Self.frame(.connectionClose, ByteBuffer(bytes: [0x03, 0xE8])), promise: nil)
+    }
+
     /// A complete text message: a delivery to record, or fanout's welcome to answer.
     private func received(_ payload: ByteBuffer, at now: ContinuousClock.Instant, context: ChannelHandlerContext) {
+        if presenceSubscription != nil, payload.withUnsafeReadableBytes({ presence.count($0) }) { return }
         let seq = payload.withUnsafeReadableBytes { bytes in
             BenchTarget.isDelivery(bytes, from: peer) ? BenchTarget.seq(in: bytes) : nil
         }
@@ -375,7 +434,7 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
     private func answerWelcome(_ payload: ByteBuffer, context: ChannelHandlerContext) {
         guard let message = try? FanoutJSON.decoder().decode(ServerMessage.self, from: Data(payload.readableBytesView)),
             case .welcome(let welcome) = message,
-            let subscribe = try? ClientMessage.subscribe(carts: nil, since: welcome.latestSeq).jsonText(),
+            let subscribe = try? subscribeMessage(after: welcome.latestSeq).jsonText(),
             let heartbeat = try? ClientMessage.heartbeat.jsonText()
         else {
             context.close(promise: nil)
@@ -389,6 +448,15 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
             channel.writeAndFlush(Self.frame(.text, heartbeatPayload), promise: nil)
         }
         becomeReady()
+    }
+
+    /// All carts after `latestSeq` (live events only); with `--presence-cart`, that cart from a
+    /// snapshot (its last part says the subscription is complete), present under `key` or not.
+    private func subscribeMessage(after latestSeq: Int64) -> ClientMessage {
+        guard let presenceSubscription else { return .subscribe(carts: nil, since: latestSeq) }
+        return .subscribe(
+            carts: [presenceSubscription.cart], since: nil,
+            presence: presenceSubscription.isPresent ? PresenceRequest(key: key) : nil)
     }
 
     /// Echoes the server's close (its status code only, RFC 6455 §5.5.1), then closes.
@@ -419,6 +487,14 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
 protocol BenchReceiver: AnyObject {
     var receipts: [Receipt] { get }
     var isReady: Bool { get }
+    /// Presence messages received (WebSocket subscribers with `--presence-cart` only).
+    var presence: PresenceTally { get }
+    func close()
+}
+
+extension BenchReceiver {
+    var presence: PresenceTally { PresenceTally() }
+    func close() {}
 }
 
 /// One bench subscriber as an event stream (`Accept: text/event-stream`): sends the request,

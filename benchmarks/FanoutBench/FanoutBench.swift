@@ -30,6 +30,9 @@ struct FanoutBench: AsyncParsableCommand {
               # subscribers over several processes: listeners first, then the one that writes
               fanout-bench --subscribers 15000 --events 0 --ready-file r1 --writes-file w > l1.json
               fanout-bench --subscribers 15000 --events 50 --rate 5 --writes-file w --await-file l1.json
+              # presence: 1 000 subscribers present on one cart join, then leave
+              fanout-bench --subscribers 1000 --presence-cart room --server-pid 4242
+              fanout-bench --subscribers 1000 --presence-cart room --presence-baseline --server-pid 4242
             """)
 
     enum Peer: String, ExpressibleByArgument, CaseIterable, Sendable {
@@ -103,6 +106,19 @@ struct FanoutBench: AsyncParsableCommand {
     @Option(help: "With --events 0 and --writes-file: seconds to wait for the writes file.")
     var listenTimeout: Double = 900
 
+    @Option(
+        help: """
+            Measure presence instead of writes (fanout, WebSocket): every subscriber subscribes to this cart present \
+            (key m<i>), all join, then all leave; prints each phase's presence messages, time, server CPU and RSS.
+            """)
+    var presenceCart: String?
+
+    @Option(help: "With --presence-cart: seconds to wait for each phase to complete.")
+    var presenceTimeout: Double = 120
+
+    @Flag(help: "With --presence-cart: subscribe to the cart without presence, for what connecting and closing cost alone.")
+    var presenceBaseline = false
+
     enum Transport: String, ExpressibleByArgument, CaseIterable, Sendable {
         case websocket, sse
     }
@@ -121,18 +137,31 @@ struct FanoutBench: AsyncParsableCommand {
             guard natsURL != nil else { throw ValidationError("--peer nats needs --nats-url nats://host:port") }
             guard transport == .websocket else { throw ValidationError("NATS subscribers speak WebSocket only") }
         }
+        if presenceCart != nil {
+            guard peer == .fanout, transport == .websocket, url.count == 1 else {
+                throw ValidationError("--presence-cart measures one fanout-server's WebSocket subscribers")
+            }
+        } else if presenceBaseline {
+            throw ValidationError("--presence-baseline goes with --presence-cart")
+        }
     }
 
     func run() async throws {
         let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         let target = BenchTarget(
-            peer: peer, transport: transport, baseURLs: url, natsURL: natsURL, token: token, subscriberToken: subscriberToken ?? token)
+            peer: peer, transport: transport, baseURLs: url, natsURL: natsURL, token: token, subscriberToken: subscriberToken ?? token,
+            presence: presenceCart.map { PresenceSubscription(cart: $0, isPresent: !presenceBaseline) })
         let server = ProcessMeter(pids: serverPIDs)
         // This process too: what receiving and writing cost the bench itself.
         let bench = ProcessMeter(pids: [getpid()])
+        let fleet = SubscriberFleet(target: target, threads: receiveThreads ?? SubscriberFleet.defaultThreads)
+        if target.presence != nil {
+            let run = PresenceRun(fleet: fleet, subscribers: subscribers, server: server, bench: bench, timeout: .seconds(presenceTimeout))
+            print(try await run.run().json())
+            Foundation.exit(0)
+        }
         let rssBefore = server.rssKiB()
 
-        let fleet = SubscriberFleet(target: target, threads: receiveThreads ?? SubscriberFleet.defaultThreads)
         try await fleet.connect(count: subscribers)
 
         if let readyFile {
@@ -209,6 +238,8 @@ struct BenchTarget: Sendable {
     let token: String?
     /// The subscribers' token: the writers', or an end user's signed one.
     let subscriberToken: String?
+    /// With `--presence-cart`: the one cart every subscriber subscribes to, and whether present.
+    var presence: PresenceSubscription? = nil
 
     func baseURL(_ index: Int) -> String { baseURLs[index % baseURLs.count] }
 
@@ -260,6 +291,17 @@ struct BenchTarget: Sendable {
     /// Whether `key` occurs in `bytes`.
     static func contains<Bytes: Collection<UInt8>>(_ key: [UInt8], in bytes: Bytes) -> Bool {
         end(of: key, in: bytes) != nil
+    }
+
+    /// How many times `key` occurs in `bytes`, without overlaps.
+    static func occurrences<Bytes: Collection<UInt8>>(of key: [UInt8], in bytes: Bytes) -> Int {
+        var count = 0
+        var rest = bytes[...]
+        while let next = end(of: key, in: rest) {
+            count += 1
+            rest = rest[next...]
+        }
+        return count
     }
 
     /// The index just after the first occurrence of `key` in `bytes`.
