@@ -192,7 +192,7 @@ final class DevTools: Sendable {
         guard let targetID = target["targetId"] as? String else { throw DevToolsError(message: "no targetId in \(target)") }
         let attached = try await send("Target.attachToTarget", ["targetId": targetID, "flatten": true])
         guard let session = attached["sessionId"] as? String else { throw DevToolsError(message: "no sessionId in \(attached)") }
-        let page = BrowserPage(devTools: self, session: session)
+        let page = BrowserPage(devTools: self, session: session, targetID: targetID)
         // The tab exists before it has loaded anything: wait until it has loaded `url`.
         let deadline = ContinuousClock.now + .seconds(30)
         while try await page.evaluate("location.href === \(Self.quoted(url)) && document.readyState === 'complete'", as: Bool.self) == false
@@ -218,6 +218,12 @@ final class DevTools: Sendable {
 struct BrowserPage: Sendable {
     let devTools: DevTools
     let session: String
+    let targetID: String
+
+    /// Closes the tab, as a person closing it does: its connections close with it.
+    func close() async throws {
+        _ = try await devTools.send("Target.closeTarget", ["targetId": targetID])
+    }
 
     /// Evaluates a JavaScript expression in the page and decodes its value, passed as JSON.
     func evaluate<Value: Decodable>(_ expression: String, as type: Value.Type = Value.self) async throws -> Value {

@@ -1,5 +1,7 @@
 import FanoutTestSupport
 import Foundation
+import HummingbirdWSClient
+import Logging
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -16,6 +18,7 @@ import Testing
     .enabled(if: HeadlessChromium.executable != nil || runningInCI, "apt-get install chromium enables the page tests"))
 struct PageTests {
     typealias Line = SeenOnPage.Line
+    typealias Viewer = SeenOnPage.Viewer
 
     @Test func thePageShowsEveryChangeAndComesBackByItselfAfterARestart() async throws {
         let executable = try #require(HeadlessChromium.executable, "chromium is not installed: apt-get install chromium")
@@ -198,8 +201,7 @@ struct PageTests {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
         let operatorToken = SignedTokenEndToEndTests.operatorToken
-        let server = try ServerProcess(
-            arguments: ["--port", "0", "--db", database, "--token", operatorToken, "--jwt-secret", SignedTokenEndToEndTests.secret])
+        let server = try SignedTokenEndToEndTests.server(database)
         let port = server.port
         for (cart, sku, quantity, cents, name) in PageTests.seed {
             let body = #"{"sku":"\#(sku)","quantity":\#(quantity),"unitPriceCents":\#(cents),"name":"\#(name)"}"#
@@ -240,6 +242,103 @@ struct PageTests {
         #expect(await server.waitForExit() == 0)
     }
 
+    /// `/?carts=a`, and a signed token's page: each is present on its carts and shows who else is
+    /// looking, per user, with their state, live as they come and go.
+    @Test func thePageShowsWhoIsLookingAtItsCarts() async throws {
+        let executable = try #require(HeadlessChromium.executable, "chromium is not installed: apt-get install chromium")
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let bob = try await SignedTokenEndToEndTests.mint(["--sub", "bob", "--carts", "a", "--scope", "read"])
+        let operatorToken = SignedTokenEndToEndTests.operatorToken
+        let server = try SignedTokenEndToEndTests.server(database)
+        let port = server.port
+        let browser = try HeadlessChromium(executable: executable)
+        let devTools = DevTools(url: try await browser.devToolsURL())
+
+        // The operator's page names cart a: it shows it before it has a line, with itself looking.
+        let mine = try await devTools.open("http://127.0.0.1:\(port)/?token=\(operatorToken)&carts=a")
+        var seen = try await mine.waitFor("itself on a") { $0.viewers("a") == [Viewer("", you: true)] }
+        #expect(seen.carts.map(\.id) == ["a"])
+        // Bob's page: his token's claim names a, so it is present there too, as bob.
+        let bobsPage = try await devTools.open("http://127.0.0.1:\(port)/?token=\(bob)")
+        seen = try await mine.waitFor("bob looking") { $0.viewers("a") == [Viewer("", you: true), Viewer("bob")] }
+        seen = try await bobsPage.waitFor("bob's page: both") { $0.viewers("a") == [Viewer("", you: false), Viewer("bob", you: true)] }
+        #expect(seen.viewers("a")?.last?.text == "bobyou")
+
+        // Bob on a second device, editing, with a right-to-left override in his state.
+        let device = PresentSubscriber(
+            url: "ws://127.0.0.1:\(port)/subscribe?token=\(bob)",
+            subscribe:
+                #"{"type":"subscribe","carts":["a"],"presence":{"key":"bobs-phone","state":{"editing":true,"screen":"abc\u202Edef"}}}"#)
+        seen = try await mine.waitFor("bob twice") { $0.viewers("a")?.last?.count == 2 }
+        let twice = seen.viewers("a")?.last
+        #expect(twice?.user == "bob" && twice?.you == false)
+        #expect(twice?.state == "editing, screen: abc\u{27E8}U+202E\u{27E9}def", "a state's simple fields, its controls shown as codes")
+        #expect(twice?.text.hasPrefix("bob ×2") == true, "\(twice?.text ?? "")")
+        // For a person to judge the design.
+        let file = PageTests.artifacts.appending(path: "page-presence.png")
+        try FileManager.default.createDirectory(at: PageTests.artifacts, withIntermediateDirectories: true)
+        try await mine.screenshot().write(to: file)
+        print("screenshot: \(file.path)")
+
+        // He leaves, device by device: the page follows at once.
+        await device.close()
+        seen = try await mine.waitFor("bob once again") { $0.viewers("a") == [Viewer("", you: true), Viewer("bob")] }
+        #expect(seen.viewers("a")?.last?.state == "")
+        try await bobsPage.close()
+        seen = try await mine.waitFor("bob gone") { $0.viewers("a") == [Viewer("", you: true)] }
+        #expect(seen.cart("a")?.members == 1)
+
+        // A reload of the page keeps its key: it is the same member, and "you" again.
+        let key = try await mine.evaluate("me.key", as: String.self)
+        try await mine.run("window.beforeReload = true; location.reload()")
+        let deadline = ContinuousClock.now + .seconds(10)
+        while (try? await mine.evaluate("window.beforeReload === undefined && document.readyState === 'complete'", as: Bool.self)) != true {
+            guard ContinuousClock.now < deadline else { throw DevToolsError(message: "the page did not reload") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        seen = try await mine.waitFor("the reloaded page") { $0.state == "live" && $0.viewers("a") == [Viewer("", you: true)] }
+        #expect(try await mine.evaluate("me.key", as: String.self) == key)
+
+        // A page without named carts asks for no presence, and shows none.
+        let everything = try await devTools.open("http://127.0.0.1:\(port)/?token=\(operatorToken)")
+        _ = try await everything.waitFor("its snapshot") { $0.state == "live" }
+        #expect(try await everything.evaluate("document.querySelectorAll('.viewers').length", as: Int.self) == 0)
+        #expect(try await PageTests.presence(of: "a", port: port, token: operatorToken) == 1, "only the page that names a")
+
+        await devTools.close()
+        await browser.stop()
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+    }
+
+    /// A WebSocket subscriber present on its carts until `close()`: another device of a user.
+    /// It reads nothing: the test is over long before its lease.
+    final class PresentSubscriber: Sendable {
+        private let closing = AsyncStream<Void>.makeStream()
+        private let connection: Task<Void, any Error>
+
+        init(url: String, subscribe: String) {
+            let closed = closing.stream
+            connection = Task {
+                var configuration = WebSocketClientConfiguration()
+                configuration.closeTimeout = .seconds(1)
+                var logger = Logger(label: "present-subscriber")
+                logger.logLevel = .critical
+                _ = try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { _, outbound, _ in
+                    try await outbound.write(.text(subscribe))
+                    for await _ in closed {}
+                }
+            }
+        }
+
+        /// Closes the WebSocket, and waits until it is closed.
+        func close() async {
+            closing.continuation.finish()
+            _ = try? await connection.value
+        }
+    }
+
     /// (cart, sku, quantity, unit price in cents, name) of the carts there before the page opens.
     static let seed: [(String, String, Int, Int, String)] = [
         ("alice", "apple", 3, 120, "Apples"), ("alice", "bread", 1, 250, "Sourdough bread"),
@@ -261,6 +360,18 @@ struct PageTests {
         var id: String
         var version: Int64
         var items: [Item]
+    }
+
+    /// How many members `GET /carts/{id}/presence` counts.
+    static func presence(of cart: String, port: Int, token: String) async throws -> Int {
+        struct Answer: Decodable {
+            struct Member: Decodable { var member: String }
+            var members: [Member]
+        }
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/carts/\(cart)/presence")!)
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        let (data, _) = try await URLSession.shared.data(for: request)
+        return try JSONDecoder().decode(Answer.self, from: data).members.count
     }
 
     /// `GET /carts`, as the server has them.
@@ -285,12 +396,35 @@ struct SeenOnPage: Decodable {
         var description: String { "\(sku)×\(quantity)" }
     }
 
+    /// A chip of who is looking at a cart: a user (`""` for the anonymous ones), how many of
+    /// their tabs or devices, their state's simple fields, whether it is this page.
+    struct Viewer: Decodable, Equatable, CustomStringConvertible {
+        var user: String
+        var count: Int
+        var you: Bool
+        var state: String
+        var text: String
+        init(_ user: String, count: Int = 1, you: Bool = false) {
+            self.user = user
+            self.count = count
+            self.you = you
+            self.state = ""
+            self.text = ""
+        }
+        /// What the tests compare: who, how many, whether it is this page.
+        static func == (lhs: Self, rhs: Self) -> Bool { (lhs.user, lhs.count, lhs.you) == (rhs.user, rhs.count, rhs.you) }
+        var description: String { "\(user.isEmpty ? "anonymous" : user)×\(count)\(you ? " (you)" : "")" }
+    }
+
     struct Cart: Decodable {
         var id: String
         var version: Int64
         var total: String
         var lines: [Line]
         var names: [String]
+        /// Who is looking, when the page shows it (nil: it does not).
+        var viewers: [Viewer]?
+        var members: Int?
     }
 
     /// The connection badge: connecting, live, reconnecting, resynced, refused.
@@ -307,6 +441,7 @@ struct SeenOnPage: Decodable {
     func cart(_ id: String) -> Cart? { carts.first { $0.id == id } }
     func lines(_ id: String) -> [Line]? { cart(id)?.lines }
     func names(_ id: String) -> [String]? { cart(id)?.names }
+    func viewers(_ id: String) -> [Viewer]? { cart(id)?.viewers }
 
     static let expression = """
         (() => {
@@ -320,6 +455,11 @@ struct SeenOnPage: Decodable {
               total: text(card.querySelector('.total')),
               lines: [...card.querySelectorAll('tr[data-sku]')].map((row) => ({ sku: row.dataset.sku, quantity: Number(text(row.querySelector('.n'))) })),
               names: [...card.querySelectorAll('.name')].map(text),
+              viewers: card.querySelector('.viewers') ? [...card.querySelectorAll('.viewer')].map((chip) => ({
+                user: chip.dataset.user, count: Number(chip.dataset.count), you: chip.classList.contains('you'),
+                state: text(chip.querySelector('.viewer-state')), text: text(chip),
+              })) : null,
+              members: card.querySelector('.viewers') ? Number(card.querySelector('.viewers').dataset.members) : null,
             })),
             result: text(document.getElementById('result')),
             deliveredTo: document.getElementById('result').dataset.deliveredTo ?? null,

@@ -8,6 +8,14 @@ const token = params.get("token");          // for the stream (?token=) and chan
 const onlyCarts = params.get("carts");      // optional: follow only these carts (a,b)
 const FEED_LENGTH = 40;
 
+// Bidirectional controls (LRE RLE PDF LRO RLO, LRI RLI FSI PDI, LRM RLM ALM) in a line's name, a
+// user's name or a presence state would reorder the text around it on screen: they are shown as
+// visible codes instead.
+const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g;
+function shown(text) {
+  return text.replace(BIDI_CONTROLS, (c) => "⟨U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + "⟩");
+}
+
 // A signed token's claims, read but not verified (the server verifies it, and refuses what it
 // does not allow): whose carts these are, and whether to offer changes. The operator's token
 // is not a JWT, and may change every cart.
@@ -26,7 +34,34 @@ const claims = tokenClaims(token);
 const mayChange = claims === null || String(claims.scope || "").split(" ").includes("write");
 if (!mayChange) document.body.classList.add("read-only");
 if (claims !== null) {
-  document.getElementById("who").textContent = "carts of " + String(claims.sub) + (mayChange ? "" : " · read only");
+  document.getElementById("who").textContent = "carts of " + shown(String(claims.sub)) + (mayChange ? "" : " · read only");
+}
+
+// Presence (docs/PROTOCOL.md, "Presence"): the page is a viewer of the carts it shows, and shows
+// who else is looking, but only when it names them: the carts of its URL (/?carts=a,b), or those
+// of its signed token's claim (the server takes them from the token, so the page does not name
+// them in the stream's URL, where more than 100 would be refused). On all carts, presence is
+// refused: then the page shows none.
+const claimedCarts = claims && Array.isArray(claims.carts) && !claims.carts.includes("*") ? claims.carts.map(String) : [];
+const presenceCarts = onlyCarts ? onlyCarts.split(",").filter(Boolean) : claimedCarts;
+const presenceOn = presenceCarts.length > 0;
+const me = { user: claims && claims.sub !== undefined ? String(claims.sub) : null, key: presenceOn ? ownPresenceKey() : null };
+
+/// This tab's presence key: the same across its reloads, so it stays the same member. It is in
+/// sessionStorage only between the tab's pagehide and its next load, so a duplicated tab (whose
+/// sessionStorage is a copy) makes a key of its own instead of taking this tab's membership over.
+function ownPresenceKey() {
+  const item = "fanout.presenceKey";
+  let key = null;
+  try {
+    key = sessionStorage.getItem(item);
+    sessionStorage.removeItem(item);
+    addEventListener("pagehide", () => { try { sessionStorage.setItem(item, me.key); } catch (error) { /* no storage */ } });
+    addEventListener("pageshow", (shownAgain) => { if (shownAgain.persisted) try { sessionStorage.removeItem(item); } catch (error) { /* no storage */ } });
+  } catch (error) { /* storage disabled: a key for this load only */ }
+  if (key && /^[A-Za-z0-9._-]{1,64}$/.test(key)) return key;
+  const bytes = crypto.getRandomValues(new Uint8Array(8));
+  return "page-" + [...bytes].map((byte) => byte.toString(16).padStart(2, "0")).join("");
 }
 
 // ---- State ------------------------------------------------------------------------------------
@@ -38,6 +73,7 @@ const store = {
   wasLive: false,        // a snapshot after this is a resync, not the first load
   subscriberId: null,
   since: "",             // what the state badge's note says (resumed / resynced)
+  presence: new Map(),   // cart id → Map(member's [user, member] as JSON → Member), oldest first
 };
 
 // ---- Rendering, batched: only carts marked dirty are rebuilt ----------------------------------
@@ -47,6 +83,7 @@ const view = {
   order: [],             // ids in display order (sorted)
   dirty: new Set(),
   fresh: new Map(),      // id → skus changed since the last render (highlighted)
+  presenceDirty: new Set(), // ids whose viewers changed, and nothing else
   rebuildAll: false,
   feed: [],              // entries not yet shown
   scheduled: false,
@@ -73,13 +110,6 @@ function el(tag, attributes, ...children) {
   return node;
 }
 
-// Bidirectional controls (LRE RLE PDF LRO RLO, LRI RLI FSI PDI, LRM RLM ALM) in a line's name
-// would reorder the text around it on screen: they are shown as visible codes instead.
-const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g;
-function shown(text) {
-  return text.replace(BIDI_CONTROLS, (c) => "⟨U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + "⟩");
-}
-
 function cartElement(cart, freshSkus) {
   const rows = cart.items.map((item) => el("tr", { "data-sku": item.sku, class: freshSkus && freshSkus.has(item.sku) ? "fresh" : null },
     el("td", { class: "what" },
@@ -97,11 +127,65 @@ function cartElement(cart, freshSkus) {
       el("span", { class: "cart-id", title: "change this cart" }, cart.id),
       el("span", { class: "version" }, "v" + cart.version),
       el("span", { class: "total num" }, formatCents(cart.totalCents))),
+    presenceOn ? viewersElement(cart.id) : null,
     cart.items.length ? el("table", {}, el("tbody", {}, ...rows)) : el("div", { class: "none" }, "empty"),
     el("div", { class: "cart-foot" },
       el("span", { class: "count" }, cart.itemCount + (cart.itemCount === 1 ? " item" : " items") + " · " + cart.items.length + (cart.items.length === 1 ? " line" : " lines")),
       el("button", { "data-action": "clear", title: "remove every line" }, "clear")));
 }
+
+// Who is looking at a cart: one chip per user (with how many tabs or devices when more than
+// one), the anonymous ones together, this tab's own chip marked "you".
+const MAX_VIEWER_CHIPS = 12;
+
+/// A state's simple fields, as text: `editing` for true, `screen: checkout` for a string or a
+/// number; false, null, objects and arrays are left out.
+function describeState(state) {
+  const parts = [];
+  for (const [key, value] of Object.entries(state || {})) {
+    if (value === true) parts.push(key.slice(0, 40));
+    else if (typeof value === "string" || typeof value === "number") parts.push(key.slice(0, 40) + ": " + String(value).slice(0, 40));
+    if (parts.length === 3) break;
+  }
+  return parts.join(", ");
+}
+
+function viewersElement(cartId) {
+  const members = [...(store.presence.get(cartId) || new Map()).values()];
+  const groups = new Map();  // "u:" + user, "you" (anonymous), "anonymous" → {user, count, you, states}
+  for (const member of members) {
+    const you = member.member === me.key && (member.user ?? null) === me.user;
+    const id = typeof member.user === "string" ? "u:" + member.user : you ? "you" : "anonymous";
+    const group = groups.get(id) || { user: typeof member.user === "string" ? member.user : null, count: 0, you: false, states: new Set() };
+    group.count += 1;
+    group.you ||= you;
+    const state = describeState(member.state);
+    if (state) group.states.add(state);
+    groups.set(id, group);
+  }
+  const chips = [...groups.values()].slice(0, MAX_VIEWER_CHIPS).map((group) => {
+    const name = group.user === null ? (group.count > 1 ? group.count + " anonymous" : "anonymous") : shown(group.user);
+    const tabs = group.user !== null && group.count > 1 ? " ×" + group.count : "";
+    const states = [...group.states].map(shown).join("; ");
+    return el("span", {
+      class: group.you ? "viewer you" : "viewer", "data-user": group.user ?? "", "data-count": String(group.count),
+      title: group.user === null ? "no signed token" : group.count > 1 ? group.count + " tabs or devices" : null,
+    },
+      el("span", { class: "who" }, name + tabs),
+      states ? el("span", { class: "viewer-state", title: states }, states) : null,
+      group.you ? el("span", { class: "you-mark" }, "you") : null);
+  });
+  if (groups.size > MAX_VIEWER_CHIPS) chips.push(el("span", { class: "note" }, "+" + (groups.size - MAX_VIEWER_CHIPS) + " more"));
+  return el("div", { class: "viewers", "data-members": String(members.length) },
+    el("span", { class: "note" }, members.length ? "looking:" : "nobody looking"), ...chips);
+}
+
+/// The carts shown: the store's, and with presence every cart the page names, empty or not.
+function shownCartIds() {
+  return presenceOn ? [...new Set([...store.carts.keys(), ...presenceCarts])].sort() : [...store.carts.keys()].sort();
+}
+
+const emptyCart = (id) => withFigures({ id, version: 0, items: [] });
 
 function matchesFilter(id) {
   const query = document.getElementById("filter").value.trim();
@@ -121,11 +205,11 @@ function render() {
   view.scheduled = false;
   if (view.rebuildAll) {
     view.rebuildAll = false;
-    view.order = [...store.carts.keys()].sort();
+    view.order = shownCartIds();
     view.elements.clear();
     const fragment = document.createDocumentFragment();
     for (const id of view.order) {
-      const element = cartElement(store.carts.get(id));
+      const element = cartElement(store.carts.get(id) || emptyCart(id));
       element.classList.toggle("hidden", !matchesFilter(id));
       view.elements.set(id, element);
       fragment.append(element);
@@ -146,8 +230,22 @@ function render() {
         placeCart(id, element);
       }
     }
+    // Viewers that changed on a cart that did not: only its viewers are redrawn, no flash.
+    for (const id of view.presenceDirty) {
+      if (view.dirty.has(id)) continue;
+      const element = view.elements.get(id);
+      if (element) element.querySelector(".viewers").replaceWith(viewersElement(id));
+      else if (store.wasLive) {  // before the first snapshot, its rebuild draws every cart
+        const created = cartElement(store.carts.get(id) || emptyCart(id));
+        created.classList.toggle("hidden", !matchesFilter(id));
+        view.elements.set(id, created);
+        view.grid.querySelector(".empty-store")?.remove();
+        placeCart(id, created);
+      }
+    }
   }
   view.dirty.clear();
+  view.presenceDirty.clear();
   view.fresh.clear();
   renderFigures();
   renderFeed();
@@ -182,6 +280,8 @@ function setConnection(connection, note) {
   store.connection = connection;
   const badge = document.getElementById("state");
   badge.dataset.state = connection;
+  // Who is looking is known only while the stream is open: until it is again, dimmed.
+  view.grid.classList.toggle("presence-stale", connection === "reconnecting" || connection === "refused");
   badge.textContent = {
     connecting: "connecting…", live: "live", reconnecting: "reconnecting…",
     resynced: "live · resynced from a snapshot", refused: "refused",
@@ -271,6 +371,32 @@ function onEvent(event) {
   log("event", event.seq, describe(event), new Date(event.committedAt));
 }
 
+/// The whole presence of a cart replaces what the page held (sent first, and again after each
+/// reconnect, so nothing accumulates); a join, an update or a leave changes one member.
+const memberID = (user, member) => JSON.stringify([typeof user === "string" ? user : null, member]);
+
+function onPresence(name, message) {
+  let members = store.presence.get(message.cartId);
+  if (name === "presence" || !members) {
+    members = new Map();
+    store.presence.set(message.cartId, members);
+  }
+  switch (name) {
+    case "presence":
+      for (const member of message.members) members.set(memberID(member.user, member.member), member);
+      break;
+    case "presenceJoin":
+    case "presenceUpdate":
+      members.set(memberID(message.member.user, message.member.member), message.member);
+      break;
+    case "presenceLeave":
+      members.delete(memberID(message.user, message.member));
+      break;
+  }
+  view.presenceDirty.add(message.cartId);
+  schedule();
+}
+
 // ---- The stream -------------------------------------------------------------------------------
 let source = null;
 let retryDelay = 1000;
@@ -279,6 +405,7 @@ function streamURL() {
   const query = new URLSearchParams();
   if (token) query.set("token", token);
   if (onlyCarts) query.set("carts", onlyCarts);
+  if (presenceOn) { query.set("presence", "1"); query.set("presenceKey", me.key); }
   if (store.seq !== null) query.set("since", String(store.seq));
   const text = query.toString();
   return "/subscribe" + (text ? "?" + text : "");
@@ -298,6 +425,9 @@ function connect() {
   });
   source.addEventListener("snapshot", (message) => onSnapshot(JSON.parse(message.data)));
   source.addEventListener("event", (message) => onEvent(JSON.parse(message.data)));
+  for (const name of ["presence", "presenceJoin", "presenceUpdate", "presenceLeave"]) {
+    source.addEventListener(name, (message) => onPresence(name, JSON.parse(message.data)));
+  }
   source.addEventListener("server-error", (message) => {
     const error = JSON.parse(message.data);
     log("error", null, error.code + ": " + error.message);
