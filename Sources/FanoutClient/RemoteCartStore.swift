@@ -193,25 +193,12 @@ extension RemoteCartStore {
         ///   `A-Za-z0-9._-` (`invalid_presence`), or a state over `PresenceLimits.maxStateBytes`
         ///   (`invalid_presence_state`).
         public init(key: String, state: PresenceState = [:]) throws(RemoteStoreError) {
-            guard PresenceLimits.isValidMemberKey(key) else {
-                throw .invalid(
-                    FanoutError(
-                        .invalidPresence,
-                        "a presence key is 1–\(PresenceLimits.maxMemberKeyLength) characters of A-Za-z0-9._- (got \(CartLimits.quoted(key)))"
-                    ))
+            try CartServerAPI.check { () throws(FanoutError) in
+                try PresenceLimits.check(key: key)
+                try PresenceLimits.check(state)
             }
-            try Self.check(state)
             self.key = key
             self.state = state
-        }
-
-        static func check(_ state: PresenceState) throws(RemoteStoreError) {
-            guard let size = PresenceLimits.size(of: state), size <= PresenceLimits.maxStateBytes else {
-                throw .invalid(
-                    FanoutError(
-                        .invalidPresenceState,
-                        "a presence state is a JSON object of at most \(PresenceLimits.maxStateBytes) bytes as compact JSON"))
-            }
         }
     }
 
@@ -233,7 +220,7 @@ extension RemoteCartStore {
         guard let presenceStates else {
             throw .invalid(FanoutError(.invalidPresence, "this store was made without presence: RemoteCartStore(presence:)"))
         }
-        try Presence.check(state)
+        try CartServerAPI.check { () throws(FanoutError) in try PresenceLimits.check(state) }
         presenceStates.state = state
     }
 

@@ -82,21 +82,19 @@ struct SubscribeCommand: AsyncParsableCommand {
     ///   object of at most `PresenceLimits.maxStateBytes`.
     func presenceRequest() throws -> PresenceRequest? {
         guard presence || presenceKey != nil || presenceState != nil else { return nil }
-        if let presenceKey, !PresenceLimits.isValidMemberKey(presenceKey) {
-            throw ValidationError(
-                "--presence-key must be 1–\(PresenceLimits.maxMemberKeyLength) characters of A-Za-z0-9._- (got \(CartLimits.quoted(presenceKey)))"
-            )
-        }
         var state: PresenceState = [:]
-        if let presenceState {
-            guard let decoded = try? FanoutJSON.decoder().decode(PresenceState.self, from: Data(presenceState.utf8)) else {
-                throw ValidationError(
-                    "--presence-state must be a JSON object, such as '{\"editing\":true}' (got \(presenceState.prefix(80)))")
+        do {
+            if let presenceKey { try PresenceLimits.check(key: presenceKey) }
+            if let presenceState {
+                guard let decoded = try? FanoutJSON.decoder().decode(PresenceState.self, from: Data(presenceState.utf8)) else {
+                    throw ValidationError(
+                        "--presence-state must be a JSON object, such as '{\"editing\":true}' (got \(presenceState.prefix(80)))")
+                }
+                try PresenceLimits.check(decoded)
+                state = decoded
             }
-            guard let size = PresenceLimits.size(of: decoded), size <= PresenceLimits.maxStateBytes else {
-                throw ValidationError("--presence-state must be at most \(PresenceLimits.maxStateBytes) bytes as compact JSON")
-            }
-            state = decoded
+        } catch let error as FanoutError {
+            throw ValidationError("--presence-\(error.code == .invalidPresence ? "key" : "state"): \(error.message)")
         }
         return PresenceRequest(key: presenceKey, state: state)
     }
