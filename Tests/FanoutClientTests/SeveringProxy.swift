@@ -48,8 +48,14 @@ final class SeveringProxy: Sendable {
                     continue
                 }
                 pairs.withLockedValue { $0.append(Pair(client: client, upstream: upstream)) }
-                Thread.detachNewThread { Self.pump(from: client, to: upstream) }
-                Thread.detachNewThread { Self.pump(from: upstream, to: client) }
+                // An end either side makes is passed on, as a network does, unless it is the
+                // proxy's own severing.
+                let passOn: @Sendable (Int32) -> Void = { target in
+                    let severed = pairs.withLockedValue { $0.first { $0.client == client }?.severed ?? true }
+                    if !severed { shutdown(target, Int32(SHUT_WR)) }
+                }
+                Thread.detachNewThread { Self.pump(from: client, to: upstream, ended: passOn) }
+                Thread.detachNewThread { Self.pump(from: upstream, to: client, ended: passOn) }
             }
         }
     }
@@ -59,12 +65,13 @@ final class SeveringProxy: Sendable {
     /// Connections made through the proxy so far.
     var connections: Int { pairs.withLockedValue { $0.count } }
 
-    /// Copies bytes until either side ends; never closes anything (`sever`, `closeAll` do).
-    private static func pump(from source: Int32, to target: Int32) {
+    /// Copies bytes until either side ends, then calls `ended` with `target`; never closes
+    /// anything (`closeSevered`, `closeAll` do).
+    private static func pump(from source: Int32, to target: Int32, ended: (Int32) -> Void) {
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         while true {
             let count = retryingInterrupted { buffer.withUnsafeMutableBytes { recv(source, $0.baseAddress, $0.count, 0) } }
-            guard count > 0 else { return }
+            guard count > 0 else { return ended(target) }
             var sent = 0
             while sent < count {
                 let written = retryingInterrupted {
