@@ -279,18 +279,30 @@ public struct FanoutSubscription: Sendable {
         }
     }
 
-    /// One event stream for `plan`, read until the server ends it; `beforeFirst` runs when its
-    /// first message arrived (its welcome), before the message is handed on.
-    func stream(_ plan: Plan, token: String?, reader: MessageReader, beforeFirst: (@Sendable () async throws -> Void)? = nil) async throws {
+    /// One event stream for `plan`, read until the server ends it. `whenJoined` runs once the
+    /// stream is past its welcome (at its first presence message, the server has made it a
+    /// member of its carts' presence), before anything of it is handed on.
+    func stream(_ plan: Plan, token: String?, reader: MessageReader, whenJoined: (@Sendable () async throws -> Void)? = nil)
+        async throws
+    {
         var reader = reader
-        var beforeFirst = beforeFirst
+        var whenJoined = whenJoined
+        /// The welcome, kept until `whenJoined` has run.
+        var held: [(ServerMessage, String)] = []
         guard let url = streamURL(for: plan) else { throw RemoteStoreError.unexpectedAnswer("bad server URL \(api.baseURL)") }
         do {
             try await EventStreamLink(url: url, token: token, lastEventID: plan.since).run { text in
                 let message = try reader.read(text)
-                if let first = beforeFirst {
-                    beforeFirst = nil
-                    try await first()
+                if let joined = whenJoined {
+                    switch message {
+                    case .welcome, .heartbeat:
+                        return held.append((message, text))
+                    default:
+                        whenJoined = nil
+                        try await joined()
+                        for (message, text) in held { try await reader.deliver(message, raw: text) }
+                        held = []
+                    }
                 }
                 try await reader.deliver(message, raw: text)
             }

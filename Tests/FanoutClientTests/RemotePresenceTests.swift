@@ -57,6 +57,31 @@ struct RemotePresenceTests {
         await server.stop()
     }
 
+    /// Many quick state changes (more than the server takes in a second, and on an event stream
+    /// each one a new stream): the others end on the last one, and never see a leave.
+    @Test(arguments: FanoutSubscription.Transport.allCases)
+    func quickStateChangesEndOnTheLastOneWithoutALeave(transport: FanoutSubscription.Transport) async throws {
+        let server = try ServerUnderTest(leaseTTL: 10)
+        let watcherStore = RemoteCartStore(server: server.url, presence: .init())
+        let watcher = PresenceRecorder()
+        watcherStore.observers.add(watcher, carts: .only(["shared"]))
+        let typing = RemoteCartStore(server: server.url, transport: transport, presence: .init(state: ["typed": 0]))
+        let typingObserver = PresenceRecorder()
+        typing.observers.add(typingObserver, carts: .only(["shared"]))
+        let key = try #require(typing.presenceKey)
+        await eventually("the watcher sees the typing store") { watcher.members(of: "shared").contains { $0.member == key } }
+        for typed in 1...30 {
+            try typing.setPresenceState(["typed": .number(Double(typed))])
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        await eventually("the last state") { watcher.members(of: "shared").first { $0.member == key }?.state == ["typed": 30] }
+        #expect(!watcher.changes.contains { $0.change.leftMember == key }, "no leave: \(watcher.changes.map(\.change))")
+        #expect(watcher.changes.filter { $0.change.joinedMember == key }.count <= 1, "one join at most (none if it was there first)")
+        await typing.close()
+        await watcherStore.close()
+        await server.stop()
+    }
+
     /// A client process that stops (SIGSTOP: no close, no heartbeat) leaves at its lease's
     /// expiry, and the others are told why.
     @Test func aStoppedClientLeavesAtItsLeaseExpiry() async throws {

@@ -1,13 +1,15 @@
 import FanoutProtocol
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// An event stream with presence, whose state changes while it runs. An event stream cannot
 /// send anything, so each change opens a stream with the new state (same key), and the old
-/// stream is closed only once the new one was welcomed: by then the server has made the new
-/// one take the membership over, so the others see a state change, never a leave and a join
-/// (a stream the server sees close is a leave at once).
+/// stream is closed only once the new one is a member (its first presence message came): the
+/// server has then made the new one take the membership over, so the others see a state
+/// change, never a leave and a join (a stream the server sees close is a leave at once; its
+/// welcome comes before it joins).
 ///
-/// One stream hands messages on at a time: the new one, after its welcome, waits until the old
+/// One stream hands messages on at a time: the new one, once it joined, waits until the old
 /// one has ended; it resumes after the last seq handed on, and events the old one handed on
 /// meanwhile are not handed on twice (`DeliveredSeq`).
 struct EventStreamHandover {
@@ -17,11 +19,11 @@ struct EventStreamHandover {
     let presenceStates: PresenceStates
     let handle: @Sendable (FanoutSubscription.Update) async throws -> Void
 
-    /// What the handover's loop hears. Few wait at once: the loop reads them all along, and
-    /// each stream says two things at most.
+    /// What the handover's loop hears. Few ever wait: at most one `changed` (state changes
+    /// are told once until the loop takes the state), and two per stream.
     private enum Signal {
         case changed
-        case welcomed(Int)
+        case joined(Int)
         case ended(Int)
     }
 
@@ -38,10 +40,15 @@ struct EventStreamHandover {
         let (signals, signal) = AsyncStream<Signal>.makeStream()
         let delivered = DeliveredSeq(first.since)
         let states = presenceStates
+        let changeWaiting = NIOLockedValueBox(false)
         let forwarder = Task {
             while !Task.isCancelled {
                 await states.changes.next()
-                signal.yield(.changed)
+                let waiting = changeWaiting.withLockedValue { waiting in
+                    defer { waiting = true }
+                    return waiting
+                }
+                if !waiting { signal.yield(.changed) }
             }
         }
         var ids = 0
@@ -54,7 +61,7 @@ struct EventStreamHandover {
             let task = Task { [subscription, token] in
                 defer { signal.yield(.ended(id)) }
                 try await subscription.stream(plan, token: token, reader: reader) {
-                    signal.yield(.welcomed(id))
+                    signal.yield(.joined(id))
                     for await _ in gate {}
                     try Task.checkCancellation()
                 }
@@ -75,15 +82,17 @@ struct EventStreamHandover {
         for await next in signals {
             switch next {
             case .changed where successor != nil:
+                changeWaiting.withLockedValue { $0 = false }
                 changedWhileOpening = true
             case .changed:
+                changeWaiting.withLockedValue { $0 = false }
                 let state = presenceStates.state
                 guard state != current.plan.presence?.state else { continue }
                 var plan = current.plan
                 plan.presence?.state = state
                 plan.since = delivered.seq ?? plan.since
                 successor = open(plan, waiting: true)
-            case .welcomed(let id) where id == successor?.id:
+            case .joined(let id) where id == successor?.id:
                 guard let next = successor else { continue }
                 current.task.cancel()
                 _ = await current.task.result
@@ -99,7 +108,7 @@ struct EventStreamHandover {
                 await end()
                 return try await current.task.value
             case .ended(let id) where id == successor?.id:
-                // The new stream failed before its welcome: the subscription reconnects (with
+                // The new stream failed before it joined: the subscription reconnects (with
                 // the new state), as after any failure.
                 let failed = successor
                 successor = nil
@@ -117,10 +126,10 @@ struct EventStreamHandover {
 
 /// The last seq the streams of one handover handed on: a whole snapshot's or an event's.
 final class DeliveredSeq: Sendable {
-    private let last: Atomic<Int64>
+    private let last: Synchronization.Atomic<Int64>
 
     init(_ since: Int64?) {
-        last = Atomic(since ?? -1)
+        last = Synchronization.Atomic(since ?? -1)
     }
 
     /// Nil before anything was handed on (and without a `since` to start from).
