@@ -20,15 +20,19 @@ public struct FanoutSubscription: Sendable {
         case serverSentEvents = "sse"
     }
 
-    /// What one connection asks for: which carts (nil: all) and after which seq (nil: from a
-    /// snapshot).
+    /// What one connection asks for: which carts (nil: all), after which seq (nil: from a
+    /// snapshot), and whether to be present on them.
     public struct Plan: Sendable, Hashable {
         public var carts: [String]?
         public var since: Int64?
+        /// Presence on the carts (named ones only: the server refuses it on all carts), with
+        /// the member's key and state; nil: not present, and no presence messages.
+        public var presence: PresenceRequest?
 
-        public init(carts: [String]?, since: Int64?) {
+        public init(carts: [String]?, since: Int64?, presence: PresenceRequest? = nil) {
             self.carts = carts
             self.since = since
+            self.presence = presence
         }
     }
 
@@ -48,6 +52,13 @@ public struct FanoutSubscription: Sendable {
         case event(CartEvent, raw: String)
         /// The server reported an error on the open subscription.
         case serverError(code: String, message: String)
+        /// A presence message of one of the carts (`ServerMessage.presence`, `.presenceJoin`,
+        /// `.presenceUpdate` or `.presenceLeave`), with the text it came in.
+        case presence(ServerMessage, raw: String)
+        /// The server refused the plan's presence (`presence_full`, `invalid_presence`,
+        /// `invalid_presence_state`): the subscription goes on without it on this connection
+        /// (the carts only); the next connection asks again.
+        case presenceRefused(RemoteStoreError)
         /// The connection ended, or could not be made (or the plan could not be made: reading
         /// newly wanted carts failed); another attempt follows after `retryIn`.
         case disconnected(ConnectionProblem, retryIn: Duration)
@@ -89,6 +100,18 @@ public struct FanoutSubscription: Sendable {
     public func run(
         plan: @Sendable () async throws -> Plan?,
         reconsider: AsyncStream<Void>,
+        handle: @escaping @Sendable (Update) async throws -> Void
+    ) async throws {
+        try await run(plan: plan, reconsider: reconsider, presenceStates: nil, handle: handle)
+    }
+
+    /// `run`, with the presence state changing while a connection is open: each change is sent
+    /// on a WebSocket, and an event stream is replaced by one with the new state (see
+    /// `PresenceStates`).
+    func run(
+        plan: @Sendable () async throws -> Plan?,
+        reconsider: AsyncStream<Void>,
+        presenceStates: PresenceStates?,
         handle: @escaping @Sendable (Update) async throws -> Void
     ) async throws {
         let consumer = handle
@@ -136,7 +159,7 @@ public struct FanoutSubscription: Sendable {
                 fetched = nil
                 defer { interrupted = wakeUps.wokeUp }
                 try await wakeUps.interrupting { [token] in
-                    try await self.connect(next, token: token, received: counter, handle: deliver)
+                    try await self.connect(next, token: token, received: counter, presenceStates: presenceStates, handle: deliver)
                 }
                 failure = ConnectionProblem.endedByServer(closeCode: nil, code: lastServerError.withLockedValue { $0 })
             } catch let handlerFailure as HandlerFailure {
@@ -175,13 +198,30 @@ public struct FanoutSubscription: Sendable {
         return .milliseconds(Int(Double.random(in: 0.05...max(0.05, ceiling)) * 1_000))
     }
 
+    /// One connection for `plan`; when the server refuses its presence, the same subscription
+    /// without presence at once (said as `presenceRefused`).
     private func connect(
-        _ plan: Plan, token: String?, received: Counter, handle: @escaping @Sendable (Update) async throws -> Void
+        _ plan: Plan, token: String?, received: Counter, presenceStates: PresenceStates?,
+        handle: @escaping @Sendable (Update) async throws -> Void
     ) async throws {
         try await preflight(plan, token: token)
-        var reader = MessageReader(handle: handle, received: received)
+        do {
+            try await connectOnce(plan, token: token, received: received, presenceStates: presenceStates, handle: handle)
+        } catch let refusal as PresenceRefusal {
+            try await handle(.presenceRefused(refusal.error))
+            var withoutPresence = plan
+            withoutPresence.presence = nil
+            try await connectOnce(withoutPresence, token: token, received: received, presenceStates: nil, handle: handle)
+        }
+    }
+
+    private func connectOnce(
+        _ plan: Plan, token: String?, received: Counter, presenceStates: PresenceStates?,
+        handle: @escaping @Sendable (Update) async throws -> Void
+    ) async throws {
         switch transport {
         case .webSocket:
+            var reader = MessageReader(handle: handle, received: received, presenceAsked: plan.presence != nil)
             guard let url = api.subscribeURL else { throw RemoteStoreError.unexpectedAnswer("bad server URL \(api.baseURL)") }
             let closeCode: Int?
             do {
@@ -191,7 +231,7 @@ public struct FanoutSubscription: Sendable {
                         for try await text in messages {
                             let message = try reader.read(text)
                             if case .welcome(let welcome) = message {
-                                try await writer.send(.subscribe(carts: plan.carts, since: plan.since))
+                                try await writer.send(.subscribe(carts: plan.carts, since: plan.since, presence: plan.presence))
                                 let interval = welcome.clientHeartbeatInterval
                                 group.addTask {
                                     while true {
@@ -212,6 +252,9 @@ public struct FanoutSubscription: Sendable {
                                         seen = received.value
                                     }
                                 }
+                                if let presenceStates, let asked = plan.presence {
+                                    group.addTask { try await presenceStates.send(after: asked.state, with: writer) }
+                                }
                             }
                             try await reader.deliver(message, raw: text)
                         }
@@ -225,17 +268,66 @@ public struct FanoutSubscription: Sendable {
                 throw ConnectionProblem.endedByServer(closeCode: closeCode, code: FanoutErrorCode(closeCode: closeCode))
             }
         case .serverSentEvents:
-            guard var components = URLComponents(url: api.baseURL, resolvingAgainstBaseURL: false) else {
-                throw RemoteStoreError.unexpectedAnswer("bad server URL \(api.baseURL)")
-            }
-            components.path = "/subscribe"
-            if let carts = plan.carts { components.queryItems = [URLQueryItem(name: "carts", value: carts.joined(separator: ","))] }
-            guard let url = components.url else { throw RemoteStoreError.unexpectedAnswer("bad server URL \(api.baseURL)") }
-            try await EventStreamLink(url: url, token: token, lastEventID: plan.since).run { text in
-                let message = try reader.read(text)
-                try await reader.deliver(message, raw: text)
+            if let presenceStates, plan.presence != nil {
+                try await EventStreamHandover(
+                    subscription: self, token: token, received: received, presenceStates: presenceStates, handle: handle
+                ).run(plan)
+            } else {
+                try await stream(
+                    plan, token: token, reader: MessageReader(handle: handle, received: received, presenceAsked: plan.presence != nil))
             }
         }
+    }
+
+    /// One event stream for `plan`, read until the server ends it. `whenJoined` runs once the
+    /// stream is past its welcome (at its first presence message, the server has made it a
+    /// member of its carts' presence), before anything of it is handed on.
+    func stream(_ plan: Plan, token: String?, reader: MessageReader, whenJoined: (@Sendable () async throws -> Void)? = nil)
+        async throws
+    {
+        var reader = reader
+        var whenJoined = whenJoined
+        /// The welcome, kept until `whenJoined` has run.
+        var held: [(ServerMessage, String)] = []
+        guard let url = streamURL(for: plan) else { throw RemoteStoreError.unexpectedAnswer("bad server URL \(api.baseURL)") }
+        do {
+            try await EventStreamLink(url: url, token: token, lastEventID: plan.since).run { text in
+                let message = try reader.read(text)
+                if let joined = whenJoined {
+                    switch message {
+                    case .welcome, .heartbeat:
+                        return held.append((message, text))
+                    default:
+                        whenJoined = nil
+                        try await joined()
+                        for (message, text) in held { try await reader.deliver(message, raw: text) }
+                        held = []
+                    }
+                }
+                try await reader.deliver(message, raw: text)
+            }
+        } catch let error as RemoteStoreError where plan.presence != nil && error.code?.refusesPresence == true {
+            throw PresenceRefusal(error: error)
+        }
+    }
+
+    /// `/subscribe?carts=…&presenceKey=…&presenceState=…` of this server.
+    private func streamURL(for plan: Plan) -> URL? {
+        guard var components = URLComponents(url: api.baseURL, resolvingAgainstBaseURL: false) else { return nil }
+        components.path = "/subscribe"
+        var query: [URLQueryItem] = []
+        if let carts = plan.carts { query.append(URLQueryItem(name: "carts", value: carts.joined(separator: ","))) }
+        if let presence = plan.presence {
+            query.append(URLQueryItem(name: "presence", value: "1"))
+            if let key = presence.key { query.append(URLQueryItem(name: "presenceKey", value: key)) }
+            if !presence.state.isEmpty, let state = try? FanoutJSON.encoder().encode(presence.state) {
+                query.append(URLQueryItem(name: "presenceState", value: String(decoding: state, as: UTF8.self)))
+            }
+        }
+        components.queryItems = query.isEmpty ? nil : query
+        // `URLComponents` leaves `+` as it is, which a query reads as a space.
+        components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+        return components.url
     }
 
     /// Asks the HTTP API (with the token, for the same carts) whether we may subscribe at all,
@@ -266,11 +358,34 @@ public struct ProtocolViolation: Error, CustomStringConvertible {
     public init(description: String) { self.description = description }
 }
 
+/// The server refused a subscription's presence: it subscribes again without.
+struct PresenceRefusal: Error {
+    let error: RemoteStoreError
+}
+
 /// Decodes messages and puts snapshot parts together for one connection.
 struct MessageReader {
     let handle: @Sendable (FanoutSubscription.Update) async throws -> Void
     let received: Counter
+    /// The subscription asked for presence: an error refusing it, before the subscription
+    /// was accepted, is a `PresenceRefusal`.
+    var presenceAsked = false
+    /// Something of the subscription came (a snapshot part, an event, presence): it was accepted.
+    private var accepted = false
+    /// The last seq handed on by the streams of one handover (events at or below it are not
+    /// handed on again); nil outside one.
+    var delivered: DeliveredSeq?
     var parts = SnapshotAssembly()
+
+    init(
+        handle: @escaping @Sendable (FanoutSubscription.Update) async throws -> Void, received: Counter, presenceAsked: Bool = false,
+        delivered: DeliveredSeq? = nil
+    ) {
+        self.handle = handle
+        self.received = received
+        self.presenceAsked = presenceAsked
+        self.delivered = delivered
+    }
 
     func read(_ text: String) throws -> ServerMessage {
         do {
@@ -287,6 +402,7 @@ struct MessageReader {
         case .welcome(let welcome):
             try await handle(.welcome(welcome))
         case .snapshot(let carts, let seq, let reason, let more):
+            accepted = true
             let whole: (snapshot: CartSnapshot, reason: SnapshotReason)?
             do {
                 whole = try parts.add(carts: carts, seq: seq, reason: reason, more: more)
@@ -294,15 +410,28 @@ struct MessageReader {
                 throw ProtocolViolation(description: error.description)
             }
             try await handle(.snapshotPart(carts: carts, seq: seq, reason: reason, more: more, raw: raw))
-            if let whole { try await handle(.snapshot(whole.snapshot, reason: whole.reason)) }
+            if let whole {
+                try await handle(.snapshot(whole.snapshot, reason: whole.reason))
+                delivered?.advance(to: whole.snapshot.seq)
+            }
         case .event(let event):
             guard !parts.isIncomplete else {
                 throw ProtocolViolation(description: "event \(event.seq) arrived before the last part of the snapshot")
             }
+            accepted = true
+            if let delivered, let last = delivered.seq, event.seq <= last { return }
             try await handle(.event(event, raw: raw))
+            delivered?.advance(to: event.seq)
         case .error(let code, let message):
+            if presenceAsked, !accepted, let known = FanoutErrorCode(rawValue: code), known.refusesPresence {
+                throw PresenceRefusal(
+                    error: .refused(status: known.httpStatus ?? 400, code: known, rawCode: code, message: message))
+            }
             try await handle(.serverError(code: code, message: message))
-        case .heartbeat, .presence, .presenceJoin, .presenceUpdate, .presenceLeave:
+        case .presence, .presenceJoin, .presenceUpdate, .presenceLeave:
+            accepted = true
+            try await handle(.presence(message, raw: raw))
+        case .heartbeat:
             break
         }
     }

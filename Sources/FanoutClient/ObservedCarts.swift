@@ -2,8 +2,8 @@ import FanoutProtocol
 import Observation
 
 /// Carts of a `CartSource` — a `RemoteCartStore`, or an in-process `CartStore` — as a SwiftUI
-/// view reads them: an `@Observable` object on the main actor whose `carts`, `connection` and
-/// refusals change as the store's callbacks come.
+/// view reads them: an `@Observable` object on the main actor whose `carts`, `connection`,
+/// refusals and `presence` change as the store's callbacks come.
 ///
 /// ```swift
 /// @State private var basket = ObservedCarts(store, carts: .only(["alice"]))
@@ -37,6 +37,11 @@ public final class ObservedCarts: MainActorCartObserver {
     public private(set) var pending: [String: [PendingWrite]] = [:]
     /// The last write of its carts the server refused (rolled back), and why.
     public private(set) var lastRejection: (write: PendingWrite, error: RemoteStoreError)?
+    /// Who is looking at each of its carts now, oldest first, the store's own member included
+    /// (a `RemoteCartStore` made with presence; a cart whose presence is not known is absent).
+    public private(set) var presence: [String: [PresenceMember]] = [:]
+    /// Carts the store follows without presence, and why (`presence_full`, …).
+    public private(set) var presenceUnavailable: [String: RemoteStoreError] = [:]
 
     /// Whether one of its carts has writes the server has not confirmed.
     public var hasPendingWrites: Bool { !pending.isEmpty }
@@ -103,5 +108,17 @@ public final class ObservedCarts: MainActorCartObserver {
 
     public func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {
         for id in carts { refused[id] = error }
+    }
+
+    public func cartSource(
+        _ source: any CartSource, didChangePresence members: [PresenceMember], of cartID: String, change: PresenceChange
+    ) {
+        if case .unavailable(let error) = change {
+            presence[cartID] = nil
+            presenceUnavailable[cartID] = error
+        } else {
+            presence[cartID] = members
+            presenceUnavailable[cartID] = nil
+        }
     }
 }

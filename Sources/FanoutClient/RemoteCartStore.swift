@@ -34,8 +34,13 @@ public final class RemoteCartStore: CartSource {
     /// cart's events) outlives the last observer that wanted it.
     public let releaseCheckInterval: Duration
 
+    /// The key of this store's member in the presence of its carts (made once, kept for every
+    /// connection, so a reconnect takes the membership over); nil for a store without presence.
+    public let presenceKey: String?
+
     package let replica = Replica()
     private let subscription: FanoutSubscription
+    private let presenceStates: PresenceStates?
     private let reconsider: AsyncStream<Void>.Continuation
     /// Wakes the task that sends pending writes (at most one wake-up waits).
     private let sendPending: AsyncStream<Void>.Continuation
@@ -45,7 +50,8 @@ public final class RemoteCartStore: CartSource {
     ///   - server: `http://host:port` of the fanout-server.
     ///   - transport: WebSocket (the default), or Server-Sent Events where a WebSocket cannot pass.
     ///   - credentials: the token, or how to get a fresh one before each connection.
-    ///   - releaseCheckInterval: how often released observers are looked for.
+    ///   - releaseCheckInterval: how often released observers are looked for (0.5 s: a released
+    ///     observer's store leaves its carts' presence within a second).
     ///   - cacheFile: a file to keep the replica in between runs (SQLite; made if missing):
     ///     the carts followed and their seq, the server database's identity, and the writes not
     ///     yet confirmed. Restored from it, observers get the carts at once
@@ -55,10 +61,17 @@ public final class RemoteCartStore: CartSource {
     ///     then is rejected with `RemoteStoreError.pendingWriteExpired` (rolled back,
     ///     `didReject`) instead of being sent again. 23 hours: inside the server's default
     ///     `--idempotency-keys-ttl` (24 h), past which a repeat could no longer be told apart.
+    ///   - presence: to be present on the carts the observers follow, and to follow who else is
+    ///     (`CartObserver.cartSource(_:didChangePresence:of:change:)`); nil: neither.
     public init(
         server: URL, transport: FanoutSubscription.Transport = .webSocket, credentials: Credentials = .none,
-        releaseCheckInterval: Duration = .seconds(1), cacheFile: URL? = nil, pendingWriteLifetime: Duration = .seconds(23 * 3_600)
+        releaseCheckInterval: Duration = .milliseconds(500), cacheFile: URL? = nil, pendingWriteLifetime: Duration = .seconds(23 * 3_600),
+        presence: Presence? = nil
     ) {
+        presenceKey = presence?.key
+        let presenceStates = presence.map { PresenceStates($0.state) }
+        self.presenceStates = presenceStates
+        replica.state.presenceWanted = presence != nil
         self.server = CartServerAPI(baseURL: server, credentials: credentials)
         subscription = FanoutSubscription(server: server, transport: transport, credentials: credentials)
         self.releaseCheckInterval = releaseCheckInterval
@@ -75,10 +88,18 @@ public final class RemoteCartStore: CartSource {
         let replica = replica
         let subscription = subscription
         let api = self.server
+        let presenceKey = presenceKey
         let run = Task<Void, Never> {
             _ = try? await subscription.run(
-                plan: { try await replica.plan(for: observers, api: api) },
-                reconsider: changes,
+                plan: {
+                    guard var plan = try await replica.plan(for: observers, api: api) else { return nil }
+                    // Presence needs the carts named: following every cart, the store goes without.
+                    if let presenceKey, let presenceStates, plan.carts != nil {
+                        plan.presence = PresenceRequest(key: presenceKey, state: presenceStates.state)
+                    }
+                    return plan
+                },
+                reconsider: changes, presenceStates: presenceStates,
                 handle: { update in try replica.take(update, observers: observers) })
         }
         let send = Task<Void, Never> {
@@ -148,6 +169,73 @@ public final class RemoteCartStore: CartSource {
     /// Whether the carts held are those of the cache file, the server not reached since.
     public var isFromCache: Bool {
         replica.read(\.fromCache)
+    }
+}
+
+extension RemoteCartStore {
+    /// How a store is present on the carts its observers follow: under a key, showing a state.
+    public struct Presence: Sendable, Hashable {
+        /// The member's key: the same on every connection of the store.
+        public let key: String
+        /// What the member shows the others at first (`setPresenceState` changes it).
+        public var state: PresenceState
+
+        /// Present under a key made for this store (random, `A-Za-z0-9-`), showing `state`.
+        public init(state: PresenceState = [:]) {
+            key = UUID().uuidString.lowercased()
+            self.state = state
+        }
+
+        /// Present under `key` (an app may keep one per device, so that a relaunch within the
+        /// lease is no new member), showing `state`.
+        ///
+        /// - Throws: `RemoteStoreError.invalid` for a key that is not 1–64 characters of
+        ///   `A-Za-z0-9._-` (`invalid_presence`), or a state over `PresenceLimits.maxStateBytes`
+        ///   (`invalid_presence_state`).
+        public init(key: String, state: PresenceState = [:]) throws(RemoteStoreError) {
+            try CartServerAPI.check { () throws(FanoutError) in
+                try PresenceLimits.check(key: key)
+                try PresenceLimits.check(state)
+            }
+            self.key = key
+            self.state = state
+        }
+    }
+
+    /// What this store's member shows the others now; nil for a store without presence.
+    public var presenceState: PresenceState? {
+        presenceStates?.state
+    }
+
+    /// Changes what this store's member shows the others on its carts. On a WebSocket the
+    /// change is sent at once (the latest of quick changes, at most
+    /// `PresenceLimits.maxStateChangesPerSecond` a second); on an event stream a stream with
+    /// the new state replaces the old one, opened before the old one is closed, so the others
+    /// see a state change, not a leave and a join. Observers hear it back
+    /// (`PresenceChange.updated`).
+    ///
+    /// - Throws: `RemoteStoreError.invalid`: a state over `PresenceLimits.maxStateBytes`
+    ///   (`invalid_presence_state`), or a store made without presence (`invalid_presence`).
+    public func setPresenceState(_ state: PresenceState) throws(RemoteStoreError) {
+        guard let presenceStates else {
+            throw .invalid(FanoutError(.invalidPresence, "this store was made without presence: RemoteCartStore(presence:)"))
+        }
+        try CartServerAPI.check { () throws(FanoutError) in try PresenceLimits.check(state) }
+        presenceStates.state = state
+    }
+
+    /// Who is on `cartID` now, oldest first, this store's member included, as the server last
+    /// said; nil when the store does not know (without presence, or not yet told). While the
+    /// store reconnects it is the last known presence.
+    public func presence(of cartID: String) -> [PresenceMember]? {
+        replica.read { $0.presence[cartID] }
+    }
+
+    /// Why the store is without presence now, when it was made with it: the server refused it
+    /// (`presence_full`, …), or the store follows every cart (presence needs carts named). Nil
+    /// while presence works, or before the first connection.
+    public var presenceProblem: RemoteStoreError? {
+        replica.read { $0.presenceProblem }
     }
 }
 

@@ -14,6 +14,9 @@ public enum RemoteCartUpdate: Sendable {
     case connection(RemoteCartStore.ConnectionState)
     /// The server refused these carts to the store's credentials; the others are served.
     case refused([String], RemoteStoreError)
+    /// The presence of a cart changed (a store made with presence): its members now, and what
+    /// changed.
+    case presence(cartID: String, members: [PresenceMember], change: PresenceChange)
 }
 
 extension RemoteCartStore {
@@ -80,6 +83,9 @@ final class UpdateBuffer: CartObserver {
     }
     func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {
         push(.refused(carts, error), source)
+    }
+    func cartSource(_ source: any CartSource, didChangePresence members: [PresenceMember], of cartID: String, change: PresenceChange) {
+        push(.presence(cartID: cartID, members: members, change: change), source)
     }
 
     /// Called on the store's receiving task, under the replica's lock: the carts read for a

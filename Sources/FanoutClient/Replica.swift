@@ -45,6 +45,12 @@ package final class Replica: @unchecked Sendable {
         var fromCache = false
         /// The identity of the server's database the carts are of (its welcome's `databaseId`).
         var databaseID: String?
+        /// The store was made with presence.
+        var presenceWanted = false
+        /// The presence of each cart whose presence the server sent, oldest member first.
+        var presence: [String: [PresenceMember]] = [:]
+        /// Why the store is without presence now, when it wants it.
+        var presenceProblem: RemoteStoreError?
     }
 
     /// A cart the server refused, and when.
@@ -123,6 +129,14 @@ package final class Replica: @unchecked Sendable {
         let fromCache = state.fromCache
         set.notify(only: observer) { fromCache ? $0.cartSource(store, didLoadFromCache: carts) : $0.cartSource(store, didLoad: carts) }
         tellPending(to: observer, interest, in: set)
+        let presence = presence(of: interest.selection)
+        if !presence.isEmpty {
+            set.notify(only: observer) { observer in
+                for (cartID, members, change) in presence {
+                    observer.cartSource(store, didChangePresence: members, of: cartID, change: change)
+                }
+            }
+        }
         return false
     }
 
@@ -155,7 +169,8 @@ package final class Replica: @unchecked Sendable {
                 // carts restored from the cache file wait for the observers they are kept for.
                 if !state.fromCache {
                     state = State(
-                        connection: state.connection, pending: state.pending, seqWaiters: state.seqWaiters, databaseID: state.databaseID)
+                        connection: state.connection, pending: state.pending, seqWaiters: state.seqWaiters, databaseID: state.databaseID,
+                        presenceWanted: state.presenceWanted)
                 }
                 setConnection(.idle, observers: observers)
             }
@@ -252,8 +267,13 @@ package final class Replica: @unchecked Sendable {
         try lock.withLock {
             guard !state.closed else { return }
             switch update {
-            case .connecting:
+            case .connecting(let plan):
                 if state.connection == .idle || state.connection == .live { setConnection(.connecting, observers: observers) }
+                connecting(plan, observers: observers)
+            case .presence(let message, _):
+                applyPresence(message, observers: observers)
+            case .presenceRefused(let error):
+                presenceUnavailable(error, observers: observers)
             case .welcome(let welcome):
                 if let known = state.databaseID, let said = welcome.databaseID, said != known, state.loaded {
                     // Another database than the one the carts are of: nothing after their seq
@@ -364,6 +384,8 @@ package final class Replica: @unchecked Sendable {
             let writes = state.pending.of(cartID)
             return (cartID: cartID, writes: writes, shown: (carts[cartID] ?? Cart(id: cartID)).applying(writes))
         }
+        let presence = state.presence
+        let presenceProblem = state.presenceWanted ? state.presenceProblem : nil
         observers.registry.notify(where: { interest in
             let served = self.served(interest.selection)
             guard !interest.isLoaded, covered.covers(served), served != .carts([]) || interest.selection == .carts([]) else {
@@ -376,6 +398,9 @@ package final class Replica: @unchecked Sendable {
             if fromCache { observer.cartSource(store, didLoadFromCache: loaded) } else { observer.cartSource(store, didLoad: loaded) }
             for (cartID, writes, shown) in pending where interest.selection.contains(cartID) {
                 observer.cartSource(store, didChangePending: writes, showing: shown)
+            }
+            for (cartID, members, change) in Self.presence(of: interest.selection, in: presence, problem: presenceProblem) {
+                observer.cartSource(store, didChangePresence: members, of: cartID, change: change)
             }
         }
     }

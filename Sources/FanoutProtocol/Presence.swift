@@ -79,6 +79,22 @@ public enum PresenceLimits {
         try? FanoutJSON.encoder().encode(state).count
     }
 
+    /// Throws `invalid_presence` for a key that may not name a member (`isValidMemberKey`).
+    public static func check(key: String) throws(FanoutError) {
+        guard isValidMemberKey(key) else {
+            throw FanoutError(
+                .invalidPresence, "a presence key is 1–\(maxMemberKeyLength) characters of A-Za-z0-9._- (got \(CartLimits.quoted(key)))")
+        }
+    }
+
+    /// Throws `invalid_presence_state` for a state over `maxStateBytes` as compact JSON (or one
+    /// that cannot be JSON).
+    public static func check(_ state: PresenceState) throws(FanoutError) {
+        guard let size = size(of: state), size <= maxStateBytes else {
+            throw FanoutError(.invalidPresenceState, "a presence state is a JSON object of at most \(maxStateBytes) bytes as compact JSON")
+        }
+    }
+
     /// Whether `key` may name a member: 1–64 characters of `A-Za-z0-9._-`.
     public static func isValidMemberKey(_ key: String) -> Bool {
         !key.isEmpty && key.utf8.count <= maxMemberKeyLength

@@ -17,6 +17,10 @@ struct SubscribeCommand: AsyncParsableCommand {
             resumes after the last seq it printed: nothing missed, nothing printed twice.
             Ctrl-C exits 0.
 
+            With --presence (and --cart), it is present on its carts and prints who else is
+            (the whole presence, then each join, state change and leave); if the server refuses
+            presence it says why on stderr and prints the carts' events without it.
+
             Example: fanout-client subscribe --cart alice --format text --state-file ~/.fanout-seq
             """)
 
@@ -45,6 +49,18 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Option(help: "websocket, or sse: the same subscription as Server-Sent Events (--url keeps its ws:// form).")
     var transport: FanoutSubscription.Transport = .webSocket
 
+    @Flag(help: "Be present on the carts (named with --cart, or by the token) and print their presence.")
+    var presence = false
+
+    @Option(
+        help:
+            "The member key to be present under (1–64 of A-Za-z0-9._-; implies --presence): a restart with it within the lease is no new member."
+    )
+    var presenceKey: String?
+
+    @Option(help: "The state to show, a JSON object such as '{\"editing\":true}' (implies --presence).")
+    var presenceState: String?
+
     func validate() throws {
         guard let components = URLComponents(string: url), ["ws", "wss"].contains(components.scheme ?? ""),
             components.host?.isEmpty == false
@@ -57,6 +73,30 @@ struct SubscribeCommand: AsyncParsableCommand {
             throw ValidationError(error.message)
         }
         if let since, since < 0 { throw ValidationError("--since must be ≥ 0") }
+        _ = try presenceRequest()
+    }
+
+    /// The presence asked for: nil without `--presence`, `--presence-key` or `--presence-state`.
+    ///
+    /// - Throws: `ValidationError` for a key outside its rules, or a state that is not a JSON
+    ///   object of at most `PresenceLimits.maxStateBytes`.
+    func presenceRequest() throws -> PresenceRequest? {
+        guard presence || presenceKey != nil || presenceState != nil else { return nil }
+        var state: PresenceState = [:]
+        do {
+            if let presenceKey { try PresenceLimits.check(key: presenceKey) }
+            if let presenceState {
+                guard let decoded = try? FanoutJSON.decoder().decode(PresenceState.self, from: Data(presenceState.utf8)) else {
+                    throw ValidationError(
+                        "--presence-state must be a JSON object, such as '{\"editing\":true}' (got \(presenceState.prefix(80)))")
+                }
+                try PresenceLimits.check(decoded)
+                state = decoded
+            }
+        } catch let error as FanoutError {
+            throw ValidationError("--presence-\(error.code == .invalidPresence ? "key" : "state"): \(error.message)")
+        }
+        return PresenceRequest(key: presenceKey, state: state)
     }
 
     func run() async throws {
@@ -83,9 +123,10 @@ struct SubscribeCommand: AsyncParsableCommand {
         let signalWatch = try Self.exitOnSignals(printer: printer)
         defer { withExtendedLifetime(signalWatch) {} }
         let carts = carts.isEmpty ? nil : carts
+        let presence = try presenceRequest()
         let (never, _) = AsyncStream<Void>.makeStream()
         try await subscription.run(
-            plan: { FanoutSubscription.Plan(carts: carts, since: printer.last) }, reconsider: never,
+            plan: { FanoutSubscription.Plan(carts: carts, since: printer.last, presence: presence) }, reconsider: never,
             handle: { update in try printer.handle(update) })
     }
 
@@ -153,6 +194,10 @@ final class EventPrinter: Sendable {
         case .welcome:
             // A new connection: parts of a snapshot cut short by a disconnect are dropped.
             progress.cartsInParts = 0
+        case .presence(let message, let raw):
+            emit(format == .json ? raw : Self.text(presence: message))
+        case .presenceRefused(let error):
+            report("presence refused: \(error); following the carts without it")
         case .serverError(let code, let message):
             report("server error \(code): \(message)")
         case .disconnected(let problem, _):
@@ -189,6 +234,29 @@ final class EventPrinter: Sendable {
                 "snapshot at seq \(seq) (\(reason.rawValue)), part: \(carts.count) carts, more follow"
             }
         return head + carts.map { "\n  \($0.id) v\($0.version): \($0.itemCount) items" }.joined()
+    }
+
+    /// A presence message: `presence alice: ann, bob {"editing":true}`, `joined alice: bob`, …
+    static func text(presence message: ServerMessage) -> String {
+        switch message {
+        case .presence(let cartID, let members):
+            "presence \(cartID): " + (members.isEmpty ? "nobody" : members.map(text(member:)).joined(separator: ", "))
+        case .presenceJoin(let cartID, let member): "joined \(cartID): \(text(member: member))"
+        case .presenceUpdate(let cartID, let member): "updated \(cartID): \(text(member: member))"
+        case .presenceLeave(let cartID, let id, let reason): "left \(cartID): \(text(id: id)) (\(reason.rawValue))"
+        default: ""
+        }
+    }
+
+    /// `user/key`, or `key` for a member without a user.
+    private static func text(id: PresenceMember.ID) -> String {
+        id.user.map { "\($0)/\(id.member)" } ?? id.member
+    }
+
+    /// `user/key`, then its state as compact JSON unless it is empty.
+    private static func text(member: PresenceMember) -> String {
+        guard !member.state.isEmpty, let state = try? FanoutJSON.encoder().encode(member.state) else { return text(id: member.id) }
+        return "\(text(id: member.id)) \(String(decoding: state, as: UTF8.self))"
     }
 
     static func text(_ event: CartEvent) -> String {

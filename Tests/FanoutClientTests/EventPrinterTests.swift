@@ -36,6 +36,21 @@ struct EventPrinterTests {
         #expect(position.last == 13, "an event at or before the last printed one is skipped")
     }
 
+    @Test func presenceReadsAsWhoJoinedChangedAndLeft() {
+        let since = Date(timeIntervalSince1970: 0)
+        let ann = PresenceMember(user: "ann", member: "ipad-1", state: ["editing": true], since: since)
+        let anonymous = PresenceMember(user: nil, member: "tab-2", since: since)
+        #expect(
+            EventPrinter.text(presence: .presence(cartID: "a", members: [ann, anonymous]))
+                == #"presence a: ann/ipad-1 {"editing":true}, tab-2"#)
+        #expect(EventPrinter.text(presence: .presence(cartID: "a", members: [])) == "presence a: nobody")
+        #expect(EventPrinter.text(presence: .presenceJoin(cartID: "a", member: anonymous)) == "joined a: tab-2")
+        #expect(EventPrinter.text(presence: .presenceUpdate(cartID: "a", member: ann)) == #"updated a: ann/ipad-1 {"editing":true}"#)
+        #expect(
+            EventPrinter.text(presence: .presenceLeave(cartID: "a", member: ann.id, reason: .leaseExpired))
+                == "left a: ann/ipad-1 (lease_expired)")
+    }
+
     @Test func aRefusalEndsTheProgramWithTheServersCode() {
         let (printer, _) = Self.printer()
         let refusal = RemoteStoreError.refused(status: 401, code: .badToken, rawCode: "bad_token", message: "no")

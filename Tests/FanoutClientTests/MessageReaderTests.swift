@@ -21,6 +21,8 @@ struct MessageReaderTests {
                     case .snapshotPart(_, _, _, let more, _): more ? "part" : "last part"
                     case .snapshot(let snapshot, _): "snapshot \(snapshot.seq) of \(snapshot.carts.count)"
                     case .event(let event, _): "event \(event.seq)"
+                    case .presence: "presence"
+                    case .serverError(let code, _): "error \(code)"
                     default: "other"
                     }
                 seen.withLockedValue { $0.append(name) }
@@ -42,6 +44,20 @@ struct MessageReaderTests {
             try await reader.deliver(try reader.read(text), raw: text)
         }
         #expect(seen.withLockedValue { $0 } == ["part", "last part", "snapshot 12 of 3", "event 13"])
+    }
+
+    /// A presence refusal before anything of the subscription is the subscription's cue to go
+    /// on without presence; the same code later (a refused state change) is only reported.
+    @Test func aPresenceRefusalBeforeTheSubscriptionIsOneAndLaterIsAnError() async throws {
+        var (reader, seen) = Self.reader()
+        reader.presenceAsked = true
+        let full = try Self.text(.error(FanoutError(.presenceFull, "full")))
+        await #expect(throws: PresenceRefusal.self) { try await reader.deliver(try reader.read(full), raw: full) }
+        let presence = try Self.text(.presence(cartID: "a", members: []))
+        try await reader.deliver(try reader.read(presence), raw: presence)
+        let refusedState = try Self.text(.error(FanoutError(.invalidPresenceState, "too large")))
+        try await reader.deliver(try reader.read(refusedState), raw: refusedState)
+        #expect(seen.withLockedValue { $0 } == ["presence", "error invalid_presence_state"])
     }
 
     @Test func anEventBeforeTheLastPartBreaksTheProtocol() async throws {

@@ -50,6 +50,13 @@ public protocol CartObserver: AnyObject, Sendable {
     /// claim, a rule such as a line that is not there): it is rolled back, and
     /// `didChangePending` follows with the cart without it. Later writes go on.
     func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError)
+
+    /// The presence of one of this observer's carts changed: who else is looking at it.
+    /// `members` are those on the cart now, oldest first, the store's own member included (its
+    /// `presenceKey`). Only a `RemoteCartStore` made with presence tells it, and only to
+    /// observers loaded with the cart (after `didLoad`); a `CartStore` has no presence and
+    /// never calls it.
+    func cartSource(_ source: any CartSource, didChangePresence members: [PresenceMember], of cartID: String, change: PresenceChange)
 }
 
 extension CartObserver {
@@ -61,6 +68,8 @@ extension CartObserver {
     public func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {}
     public func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart) {}
     public func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError) {}
+    public func cartSource(_ source: any CartSource, didChangePresence members: [PresenceMember], of cartID: String, change: PresenceChange)
+    {}
 }
 
 /// How a source's weak observer set holds a `CartObserver`: weakly; or, for a main-actor

@@ -26,6 +26,8 @@ public protocol MainActorCartObserver: AnyObject, Sendable {
     func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart)
     /// The server refused a write for good: it is rolled back.
     func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError)
+    /// The presence of one of its carts changed (a `RemoteCartStore` made with presence only).
+    func cartSource(_ source: any CartSource, didChangePresence members: [PresenceMember], of cartID: String, change: PresenceChange)
 }
 
 extension MainActorCartObserver {
@@ -37,6 +39,8 @@ extension MainActorCartObserver {
     public func cartSource(_ source: any CartSource, didRefuse carts: [String], because error: RemoteStoreError) {}
     public func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart) {}
     public func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError) {}
+    public func cartSource(_ source: any CartSource, didChangePresence members: [PresenceMember], of cartID: String, change: PresenceChange)
+    {}
 }
 
 /// What an observer set holds for a main-actor observer: registered with the main queue (the
@@ -83,5 +87,10 @@ package final class MainActorRelay: CartObserver {
     }
     package func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError) {
         call { $0.cartSource(source, didReject: write, because: error) }
+    }
+    package func cartSource(
+        _ source: any CartSource, didChangePresence members: [PresenceMember], of cartID: String, change: PresenceChange
+    ) {
+        call { $0.cartSource(source, didChangePresence: members, of: cartID, change: change) }
     }
 }

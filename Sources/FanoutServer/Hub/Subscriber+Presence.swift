@@ -27,7 +27,7 @@ extension Subscriber {
         guard isPresent else {
             throw FanoutError(.invalidPresence, "this subscription is not present on its carts: subscribe with presence first")
         }
-        try Self.check(state)
+        try PresenceLimits.check(state)
         let now = loop.now
         presenceChanges.removeAll { $0 + .seconds(1) <= now }
         guard presenceChanges.count < PresenceLimits.maxStateChangesPerSecond else {
@@ -62,20 +62,10 @@ extension Subscriber {
         for cart in carts.sorted() { hub.presence.resend(cart, to: self) }
     }
 
+    /// Throws `invalid_presence` for a key outside its rules, `invalid_presence_state` for a
+    /// state over the limit.
     static func check(_ request: PresenceRequest) throws(FanoutError) {
-        if let key = request.key, !PresenceLimits.isValidMemberKey(key) {
-            throw FanoutError(
-                .invalidPresence,
-                "a presence key is 1–\(PresenceLimits.maxMemberKeyLength) characters of A-Za-z0-9._- (got \(CartLimits.quoted(key)))")
-        }
-        try check(request.state)
-    }
-
-    static func check(_ state: PresenceState) throws(FanoutError) {
-        guard let size = PresenceLimits.size(of: state), size <= PresenceLimits.maxStateBytes else {
-            throw FanoutError(
-                .invalidPresenceState,
-                "a presence state is a JSON object of at most \(PresenceLimits.maxStateBytes) bytes as compact JSON")
-        }
+        if let key = request.key { try PresenceLimits.check(key: key) }
+        try PresenceLimits.check(request.state)
     }
 }
