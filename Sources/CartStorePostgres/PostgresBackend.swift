@@ -100,6 +100,10 @@ final class PostgresBackend: CartStoreBackend {
 
     /// Ends `run` when the store is closed.
     private let closing = AsyncStream<Void>.makeStream()
+    private let closed = NIOLockedValueBox(false)
+
+    /// Whether the store has been closed: the services beside it (`PostgresPresence`) end then.
+    var isClosed: Bool { closed.withLockedValue { $0 } }
 
     /// Runs the connection pool and the follower (LISTEN doorbell and poll): nothing reaches
     /// the database until they run. They run until the task is cancelled, the service group
@@ -135,6 +139,7 @@ final class PostgresBackend: CartStoreBackend {
 
     /// Ends `run`.
     func close() throws {
+        closed.withLockedValue { $0 = true }
         closing.continuation.finish()
     }
 
