@@ -18,7 +18,7 @@ import ServiceLifecycle
 /// Timing on a healthy database: another node's view has a change within a write and a read
 /// (milliseconds), or by its next poll (`heartbeatInterval`) if the notification was lost; a
 /// dead node's members leave the others' views within `nodeTimeout` + `heartbeatInterval` of
-/// its last heartbeat.
+/// its last heartbeat (between 4 and 6 s after it died, plus a read), as `"node_lost"`.
 public final class PostgresPresence: Service, Sendable {
     /// How often a node heartbeats, and reads the others' without being told: 1 s.
     public static let heartbeatInterval: Duration = .seconds(1)
