@@ -258,8 +258,14 @@ final class PostgresBackend: CartStoreBackend {
         return state.hasPrefix("40") || state.hasPrefix("23")
     }
 
-    /// A short description of a PostgresNIO error: the server's message when there is one.
+    /// A short description of a PostgresNIO error: the server's message when there is one; a
+    /// transaction's failure as the failure inside it (never the statement or its values).
     static func describe(_ error: any Error) -> String {
+        if let transaction = error as? PostgresTransactionError,
+            let inner = transaction.closureError ?? transaction.commitError ?? transaction.beginError ?? transaction.rollbackError
+        {
+            return describe(inner)
+        }
         if let psql = error as? PSQLError {
             if let message = psql.serverInfo?[.message] { return message }
             return "\(psql.code)"
