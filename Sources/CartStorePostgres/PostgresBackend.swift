@@ -100,6 +100,10 @@ final class PostgresBackend: CartStoreBackend {
 
     /// Ends `run` when the store is closed.
     private let closing = AsyncStream<Void>.makeStream()
+    private let closed = NIOLockedValueBox(false)
+
+    /// Whether the store has been closed: the services beside it (`PostgresPresence`) end then.
+    var isClosed: Bool { closed.withLockedValue { $0 } }
 
     /// Runs the connection pool and the follower (LISTEN doorbell and poll): nothing reaches
     /// the database until they run. They run until the task is cancelled, the service group
@@ -135,6 +139,7 @@ final class PostgresBackend: CartStoreBackend {
 
     /// Ends `run`.
     func close() throws {
+        closed.withLockedValue { $0 = true }
         closing.continuation.finish()
     }
 
@@ -253,8 +258,14 @@ final class PostgresBackend: CartStoreBackend {
         return state.hasPrefix("40") || state.hasPrefix("23")
     }
 
-    /// A short description of a PostgresNIO error: the server's message when there is one.
+    /// A short description of a PostgresNIO error: the server's message when there is one; a
+    /// transaction's failure as the failure inside it (never the statement or its values).
     static func describe(_ error: any Error) -> String {
+        if let transaction = error as? PostgresTransactionError,
+            let inner = transaction.closureError ?? transaction.commitError ?? transaction.beginError ?? transaction.rollbackError
+        {
+            return describe(inner)
+        }
         if let psql = error as? PSQLError {
             if let message = psql.serverInfo?[.message] { return message }
             return "\(psql.code)"

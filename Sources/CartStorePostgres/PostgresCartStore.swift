@@ -14,7 +14,8 @@ import ServiceLifecycle
 public final class PostgresCartStore: Service, Sendable {
     /// The store: changes, reads and observers, as on SQLite.
     public let store: CartStore
-    private let backend: PostgresBackend
+    /// The engine, for the services that share its connections (`PostgresPresence`).
+    let backend: PostgresBackend
 
     /// How long one use of the database may take by default, from asking for a connection to
     /// the last row: 4 s. Far above a healthy server's time, even a loaded one's; low enough

@@ -110,6 +110,17 @@ struct PostgresConnections: Sendable {
         return [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown].contains(psql.code)
     }
 
+    /// One prepared statement on a pooled connection, its rows collected, by `timeout` from now.
+    func execute<Statement: PostgresPreparedStatement & Sendable>(
+        _ statement: Statement, logger: Logger
+    ) async throws -> [Statement.Row] where Statement.Row: Sendable {
+        try await withConnection(until: .now + timeout) { connection in
+            var rows: [Statement.Row] = []
+            for try await row in try await connection.execute(statement, logger: logger) { rows.append(row) }
+            return rows
+        }
+    }
+
     /// One query, its rows collected, by `deadline`.
     func query(_ query: PostgresQuery, until deadline: ContinuousClock.Instant, logger: Logger) async throws -> [PostgresRow] {
         try await withConnection(until: deadline) { try await $0.query(query, logger: logger).collect() }
@@ -125,5 +136,45 @@ struct PostgresTimeout: Error, CustomStringConvertible {
 
     var description: String {
         leased ? "no answer within \(after)" : "no connection within \(after)"
+    }
+}
+
+extension PostgresConnections {
+    /// LISTENs on `channel` on a pooled connection until cancelled: calls `connected` once
+    /// listening (after each reconnection too: a notification may have been missed meanwhile),
+    /// then `heard` with each notification's payload, in order. A lost connection is logged and
+    /// made again after `reconnectDelay`. A notification is a doorbell: what it announces must
+    /// be readable otherwise too (a poll), as a notification sent while reconnecting is lost.
+    ///
+    /// However it ends, the connection is closed rather than given back to the pool: it may still
+    /// be LISTENing, or be the one the database just ended (the pool would lend it to a commit
+    /// before it noticed, and that commit failed, or waited without end).
+    func listen(
+        on channel: String, logger: Logger, reconnectDelay: Duration = .seconds(1),
+        connected: @escaping @Sendable () async -> Void,
+        heard: @escaping @Sendable (String) async -> Void
+    ) async {
+        while !Task.isCancelled {
+            do {
+                try await client.withConnection { connection in
+                    do {
+                        try await connection.listen(on: channel) { notifications in
+                            await connected()
+                            for try await notification in notifications {
+                                await heard(notification.payload)
+                            }
+                        }
+                    } catch {
+                        try? await connection.close()
+                        throw error
+                    }
+                    try? await connection.close()
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("LISTEN \(channel) lost (\(PostgresBackend.describe(error))); reconnecting")
+            }
+            try? await Task.sleep(for: reconnectDelay)
+        }
     }
 }

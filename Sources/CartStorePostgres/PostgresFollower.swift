@@ -76,13 +76,7 @@ actor PostgresFollower {
     private func deliverCommitted() async throws {
         let sink = self.sink.withLockedValue { $0 }
         while true {
-            let read = ReadLog(after: delivered)
-            let logger = self.logger
-            let page = try await connections.withConnection(until: .now + connections.timeout) { connection in
-                var page: [CartEvent] = []
-                for try await event in try await connection.execute(read, logger: logger) { page.append(event) }
-                return page
-            }
+            let page = try await connections.execute(ReadLog(after: delivered), logger: logger)
             for event in page {
                 sink?.deliver(event)
                 delivered = event.seq
@@ -198,34 +192,13 @@ actor PostgresFollower {
         }
     }
 
-    /// LISTENs on `channel` and catches up at each notification, reconnecting after a lost
-    /// connection, until cancelled; catches up after each (re)connection too.
-    nonisolated func listen(reconnectDelay: Duration = .seconds(1)) async {
-        while !Task.isCancelled {
-            do {
-                try await connections.client.withConnection { connection in
-                    // However it ends, the connection is closed rather than given back to the
-                    // pool: it may still be LISTENing, or be the one the database just ended
-                    // (the pool would lend it to a commit before it noticed, and that commit
-                    // failed, or waited without end).
-                    do {
-                        try await connection.listen(on: Self.channel) { notifications in
-                            await self.catchUpQuietly()
-                            for try await notification in notifications {
-                                await self.heard(notification.payload)
-                            }
-                        }
-                    } catch {
-                        try? await connection.close()
-                        throw error
-                    }
-                    try? await connection.close()
-                }
-            } catch {
-                if Task.isCancelled { return }
-                logger.warning("LISTEN \(Self.channel) lost (\(PostgresBackend.describe(error))); reconnecting")
-            }
-            try? await Task.sleep(for: reconnectDelay)
+    /// LISTENs on `channel` and catches up at each notification, and after each (re)connection
+    /// (`PostgresConnections.listen`), until cancelled.
+    nonisolated func listen() async {
+        await connections.listen(on: Self.channel, logger: logger) {
+            await self.catchUpQuietly()
+        } heard: { payload in
+            await self.heard(payload)
         }
     }
 

@@ -1,0 +1,200 @@
+import FanoutTestSupport
+import Foundation
+import NIOConcurrencyHelpers
+import Testing
+
+@testable import CartStorePostgres
+
+/// Presence shared by the nodes on one database: each test's nodes are `PostgresCartStore`s on
+/// one database, each with its `PostgresPresence`, as servers are.
+@Suite("PostgreSQL presence", .tags(.postgres), .outsideTheFastSet, .timeLimit(.minutes(2)), .needsPostgreSQL)
+struct PostgresPresenceTests {
+    @Test func aMemberSetOnOneNodeAppearsOnTheOtherAndSoDoItsStateChanges() async throws {
+        try await withNodes(2) { nodes, _ in
+            let (first, second) = (nodes[0], nodes[1])
+            await eventually("the first view, as soon as the table is read") { second.view != nil }
+            let record = PresenceRecord(cartID: "c", user: "u", member: "phone", state: #"{"typing":false}"#, since: 1_000)
+            first.presence.set(record)
+            await eventually("the member on the other node") { second.view?.members[record.key] == record }
+            #expect(first.view?.members.isEmpty == true, "a node's view holds the others' members, not its own")
+
+            var changed = record
+            changed.state = #"{"typing":true}"#
+            first.presence.set(changed)
+            await eventually("the new state on the other node") { second.view?.members[record.key]?.state == changed.state }
+            #expect(second.view?.members.count == 1)
+        }
+    }
+
+    @Test func aRemovedMemberLeavesTheOthersViewsWithItsReason() async throws {
+        try await withNodes(2) { nodes, _ in
+            let (first, second) = (nodes[0], nodes[1])
+            let kept = PresenceRecord(cartID: "c", user: "u", member: "kept", state: "{}", since: 1)
+            let leaving = PresenceRecord(cartID: "c", user: "", member: "leaving", state: "{}", since: 2)
+            first.presence.set(kept)
+            first.presence.set(leaving)
+            await eventually("both members on the other node") { second.view?.members.count == 2 }
+            first.presence.remove(leaving.key, reason: "closed")
+            await eventually("the member gone, with its reason") {
+                second.view.map { $0.members[leaving.key] == nil && $0.departed[leaving.key] == "closed" } ?? false
+            }
+            #expect(second.view?.members == [kept.key: kept])
+        }
+    }
+
+    /// A member that moved to another node (a takeover) stays there when the node it left
+    /// removes it afterwards: the remove is of the old node's row, which is no longer its.
+    @Test func aKeyTakenOverStaysWithTheNodeThatTookItWhenTheOldOneRemovesIt() async throws {
+        try await withNodes(3) { nodes, _ in
+            let (old, new, watcher) = (nodes[0], nodes[1], nodes[2])
+            let before = PresenceRecord(cartID: "c", user: "u", member: "m", state: #"{"on":"old"}"#, since: 1)
+            old.presence.set(before)
+            await eventually("the member as the old node holds it") { watcher.view?.members[before.key] == before }
+            var after = before
+            after.state = #"{"on":"new"}"#
+            after.since = 2
+            new.presence.set(after)
+            await eventually("the member as the new node holds it") { watcher.view?.members[before.key] == after }
+            old.presence.remove(before.key, reason: "closed")
+            // Written with the remove or after it: once the watcher sees it, the remove is done.
+            let marker = PresenceRecord(cartID: "c", user: "u", member: "marker", state: "{}", since: 3)
+            old.presence.set(marker)
+            await eventually("the old node's later write") { watcher.view?.members[marker.key] != nil }
+            #expect(watcher.view?.members[before.key] == after, "the new node's member, untouched")
+            #expect(watcher.view?.departed[before.key] == nil)
+            #expect(old.view?.members[before.key] == after, "the old node sees it at the new one")
+        }
+    }
+
+    /// A node that stops heartbeating without removing anything (as a dead server does) is gone
+    /// for the others within `nodeTimeout` and a poll, its members with reason `node_lost`.
+    @Test func aSilentNodesMembersAreGoneAfterTheTimeoutAsNodeLost() async throws {
+        try await withNodes(2) { nodes, url in
+            let (dying, living) = (nodes[0], nodes[1])
+            let record = PresenceRecord(cartID: "c", user: "u", member: "m", state: "{}", since: 1)
+            let own = PresenceRecord(cartID: "c", user: "u", member: "other", state: "{}", since: 1)
+            dying.presence.set(record)
+            living.presence.set(own)
+            await eventually("the member on the other node") { living.view?.members[record.key] == record }
+            await eventually("the other node's member on the dying one") { dying.view?.members[own.key] == own }
+            let died = ContinuousClock.now
+            dying.stopHeartbeat()
+            await eventually(timeout: PostgresPresence.nodeTimeout + .seconds(15), "the member gone") {
+                living.view?.members[record.key] == nil
+            }
+            let gone = ContinuousClock.now - died
+            #expect(living.view?.departed[record.key] == "node_lost")
+            // Not before the timeout: its last heartbeat was at most a second before it stopped.
+            #expect(gone >= PostgresPresence.nodeTimeout - PostgresPresence.heartbeatInterval, "gone after \(gone)")
+            // After the sweep the reason is kept (the row marked left), and the living node's own
+            // member stays.
+            let server = try await SharedPostgres.shared.server()
+            await eventually("the dead node swept") {
+                (try? await server.psql("SELECT count(*) FROM presence_nodes", on: url))?.trimmingCharacters(in: .whitespacesAndNewlines)
+                    == "1"
+            }
+            let reason = try await server.psql("SELECT left_reason FROM presence_members WHERE member = 'm'", on: url)
+            #expect(reason.trimmingCharacters(in: .whitespacesAndNewlines) == "node_lost")
+            #expect(living.view?.departed[record.key] == "node_lost")
+        }
+    }
+
+    /// The others swept a node's rows while it was cut off (as they do to a node silent past
+    /// the timeout): at its next heartbeat it finds its row gone and writes all it holds again.
+    @Test func aNodeSweptWhileCutOffWritesEverythingAgain() async throws {
+        try await withNodes(2) { nodes, url in
+            let (first, second) = (nodes[0], nodes[1])
+            let record = PresenceRecord(cartID: "c", user: "u", member: "m", state: "{}", since: 1)
+            first.presence.set(record)
+            await eventually("the member on the other node") { second.view?.members[record.key] == record }
+            let server = try await SharedPostgres.shared.server()
+            _ = try await server.psql(
+                "BEGIN",
+                "DELETE FROM presence_nodes WHERE node = '\(first.name)'",
+                "UPDATE presence_members SET left_reason = 'node_lost', changed_at = now() WHERE node = '\(first.name)'",
+                "COMMIT",
+                on: url)
+            await eventually("the member written again") {
+                (try? await server.psql("SELECT left_reason IS NULL FROM presence_members WHERE member = 'm'", on: url))?
+                    .trimmingCharacters(in: .whitespacesAndNewlines) == "t"
+            }
+            await eventually("the member on the other node again") { second.view?.members[record.key] == record }
+        }
+    }
+
+    /// PostgreSQL crashes and restarts (the presence tables are UNLOGGED: emptied by the
+    /// recovery): each node writes again everything it holds, what changed meanwhile included.
+    @Test(.needsPostgreSQLPrograms) func afterTheDatabaseRestartsEveryNodeWritesItsPresenceAgain() async throws {
+        let postgres = try await PostgresServer.start()
+        guard postgres.directory != nil else { return }  // FANOUT_POSTGRES_URL's server is not ours to stop
+        try await withNodes(2, on: try await postgres.makeDatabase(named: "presence_restart")) { nodes, _ in
+            let (first, second) = (nodes[0], nodes[1])
+            let before = PresenceRecord(cartID: "c", user: "u", member: "before", state: "{}", since: 1)
+            first.presence.set(before)
+            await eventually("the member on the other node") { second.view?.members[before.key] == before }
+
+            try await postgres.pause(immediately: true)
+            let during = PresenceRecord(cartID: "c", user: "u", member: "during", state: "{}", since: 2)
+            first.presence.set(during)
+            try await postgres.resume()
+            await eventually("both members on the other node") {
+                second.view?.members == [before.key: before, during.key: during]
+            }
+        }
+        await postgres.stop()
+    }
+}
+
+/// `count` nodes on `url`, or on a new database of the shared cluster, stopped when `body`
+/// returns or throws.
+private func withNodes(
+    _ count: Int, on url: String? = nil, _ body: ([PresenceNode], String) async throws -> Void
+) async throws {
+    let url = if let url { url } else { try await SharedPostgres.shared.newDatabase() }
+    var nodes: [PresenceNode] = []
+    defer { for node in nodes { node.stop() } }
+    for _ in 0..<count { nodes.append(try await PresenceNode.start(url: url)) }
+    try await body(nodes, url)
+}
+
+/// A node of the tests: a store on the database with its service running, its presence
+/// running, and the newest view it told.
+final class PresenceNode: Sendable {
+    let name: String
+    let postgres: PostgresCartStore
+    let presence: PostgresPresence
+    private let latest = NIOLockedValueBox<PresenceView?>(nil)
+    private let tasks: [Task<Void, Never>]
+
+    private init(name: String, postgres: PostgresCartStore) {
+        self.name = name
+        self.postgres = postgres
+        let presence = PostgresPresence(store: postgres, node: name)
+        self.presence = presence
+        let latest = self.latest
+        tasks = [
+            Task { try? await presence.run() },
+            Task { for await view in presence.views { latest.withLockedValue { $0 = view } } },
+            Task { try? await postgres.run() },
+        ]
+    }
+
+    static func start(url: String) async throws -> PresenceNode {
+        PresenceNode(name: UUID().uuidString, postgres: try await PostgresCartStore(url: url))
+    }
+
+    /// The newest view; nil before the first.
+    var view: PresenceView? { latest.withLockedValue { $0 } }
+
+    /// Ends the presence's `run()` (no more heartbeats, nothing removed), as a node that died;
+    /// the store runs on.
+    func stopHeartbeat() {
+        tasks[0].cancel()
+    }
+
+    /// Ends everything.
+    func stop() {
+        for task in tasks { task.cancel() }
+        try? postgres.store.close()
+    }
+}
