@@ -166,6 +166,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
 
         let store: CartStore
         var storeService: PostgresCartStore?
+        var presenceSharing: PostgresPresenceSharing?
         let location = configuration.database
         do {
             if CartStore.isPostgresURL(location) {
@@ -173,6 +174,8 @@ struct FanoutServerCommand: AsyncParsableCommand {
                 let postgres = try await PostgresCartStore(url: location)
                 store = postgres.store
                 storeService = postgres
+                // Every server of the database answers for every server's presence.
+                presenceSharing = PostgresPresenceSharing(store: postgres)
             } else {
                 store = try CartStore(path: location)
             }
@@ -185,7 +188,8 @@ struct FanoutServerCommand: AsyncParsableCommand {
         let server: FanoutServerApp
         do {
             server = try await buildApplication(
-                configuration: configuration, store: store, storeService: storeService, logger: logger
+                configuration: configuration, store: store, storeService: storeService, presenceSharing: presenceSharing,
+                logger: logger
             ) { port in
                 // Unbuffered: scripts and tests wait for this line.
                 FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
