@@ -35,10 +35,7 @@ enum Engine: String, CaseIterable, Sendable, CustomTestStringConvertible {
             return try CartStore.inMemory()
         case .postgresql:
             let database = try await SharedPostgres.shared.newDatabase()
-            // These tests are of what the store does, not of how long the database may take:
-            // they start at once on one shared cluster, and on two busy cores a use of it has
-            // taken more than the default 4 s. The deadline's own tests keep the default.
-            return try await PostgresCartStore.running(url: database, deadline: .seconds(30))
+            return try await PostgresCartStore.running(url: database)
         }
     }
 }

@@ -180,7 +180,7 @@ final class PresenceNode: Sendable {
     }
 
     static func start(url: String) async throws -> PresenceNode {
-        PresenceNode(name: UUID().uuidString, postgres: try await PostgresCartStore(url: url))
+        PresenceNode(name: UUID().uuidString, postgres: try await PostgresCartStore(url: url, deadline: PostgresCartStore.testDeadline))
     }
 
     /// The newest view; nil before the first.

@@ -69,7 +69,7 @@ struct PostgresStoreTests {
     @Test func withPostgresRunsTheStoreForItsBodyAndClosesItAfter() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
         let observer = RecordingObserver()
-        let store = try await CartStore.withPostgres(url: url) { store in
+        let store = try await CartStore.withPostgres(url: url, deadline: PostgresCartStore.testDeadline) { store in
             store.observers.add(observer)
             try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
             #expect(store.connectionState == .live)
@@ -84,7 +84,7 @@ struct PostgresStoreTests {
     /// end).
     @Test func theServiceRunsUntilItsStoreIsClosed() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let postgres = try await PostgresCartStore(url: url)
+        let postgres = try await PostgresCartStore(url: url, deadline: PostgresCartStore.testDeadline)
         let early = Task { try await postgres.store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1) }
         let ended = NIOLockedValueBox(false)
         let running = Task {
@@ -227,7 +227,7 @@ extension PostgresStoreTests {
     /// and writes go through once the row is free.
     @Test func aWriterBehindAStuckCommitIsRefusedNotHung() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await PostgresCartStore.running(url: url)
+        let store = try await PostgresCartStore.running(url: url, deadline: PostgresCartStore.defaultDeadline)
         defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
         let server = try await SharedPostgres.shared.server()
@@ -375,7 +375,7 @@ extension PostgresStoreTests {
     /// query on another pooled connection that needed no lock.
     @Test func theProbeSaysNoWhileChangesCannotBeWritten() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await PostgresCartStore.running(url: url)
+        let store = try await PostgresCartStore.running(url: url, deadline: PostgresCartStore.defaultDeadline)
         defer { try? store.close() }
         try await store.checkWritable()
         let server = try await SharedPostgres.shared.server()
@@ -399,7 +399,7 @@ extension PostgresStoreTests {
         let postgres = try await PostgresServer.start()
         guard postgres.directory != nil else { return }  // FANOUT_POSTGRES_URL's server is not ours to stop
         let url = try await postgres.makeDatabase(named: "where_it_is")
-        let store = try await PostgresCartStore.running(url: url)
+        let store = try await PostgresCartStore.running(url: url, deadline: PostgresCartStore.defaultDeadline)
         defer { try? store.close() }
         try await store.checkWritable()
         try await postgres.pause()
@@ -425,7 +425,7 @@ extension PostgresStoreTests {
     /// which it cannot know, but that the change may or may not have been made.
     @Test func aCommitCutOffMidwayIsReportedAsUncertain() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await PostgresCartStore.running(url: url)
+        let store = try await PostgresCartStore.running(url: url, deadline: PostgresCartStore.defaultDeadline)
         defer { try? store.close() }
         let server = try await SharedPostgres.shared.server()
         // Work that runs at COMMIT: a deferred trigger that takes its time.
@@ -468,7 +468,7 @@ extension PostgresStoreTests {
     /// and changes go through again afterwards. What was acknowledged is in the log, once.
     @Test func sessionsKilledUnderWritersLeaveNoChangeUnanswered() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await PostgresCartStore.running(url: url)
+        let store = try await PostgresCartStore.running(url: url, deadline: PostgresCartStore.defaultDeadline)
         defer { try? store.close() }
         let server = try await SharedPostgres.shared.server()
         let writers = TimedWriters(count: 2) { writer, index in

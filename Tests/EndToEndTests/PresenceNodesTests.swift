@@ -70,7 +70,7 @@ struct PresenceNodesTests {
         let gone = ContinuousClock.now - killedAt
         print("a killed server's member left the others \(gone.formatted(.units(allowed: [.milliseconds]))) after the kill")
         #expect(
-            gone < Self.nodeLostWithin + .seconds(2), "within the documented \(Self.nodeLostWithin) (and a margin for a loaded machine)")
+            gone < Self.nodeLostWithin + .seconds(5), "within the documented \(Self.nodeLostWithin) (and a margin for a loaded machine)")
         #expect(Set(try await Self.presence(port: ports[0], cart: "shared")) == ["w0", "w1"])
 
         await doomed.close()
