@@ -74,9 +74,23 @@ struct PresenceNodesTests {
         #expect(Set(try await Self.presence(port: ports[0], cart: "shared")) == ["w0", "w1"])
 
         await doomed.close()
+
+        // A server that shuts down: its members leave the others as shutting down, not lost.
+        let leaving = PresenceClient(port: ports[1], cart: "shared", key: "leaving")
+        await eventually("server 0's watcher to see the leaving member") {
+            watchers[0].members[.init(user: nil, member: "leaving")] != nil
+        }
+        nodes[1].signal(SIGTERM)
+        #expect(await nodes[1].waitForExit() == 0, "SIGTERM ends a server cleanly")
+        await eventually("server 0's watcher to see server 1's members leave") {
+            watchers[0].members[.init(user: nil, member: "leaving")] == nil && watchers[0].members[.init(user: nil, member: "w1")] == nil
+        }
+        #expect(watchers[0].leaves.suffix(2).map(\.reason) == [.shuttingDown, .shuttingDown], "\(watchers[0].leaves.suffix(2))")
+
+        await leaving.close()
         for watcher in watchers.prefix(2) { await watcher.close() }
-        for node in nodes.prefix(2) { node.signal(SIGTERM) }
-        for node in nodes.prefix(2) { _ = await node.waitForExit() }
+        nodes[0].signal(SIGTERM)
+        _ = await nodes[0].waitForExit()
         await postgres.stop()
     }
 

@@ -79,8 +79,11 @@ public final class PostgresPresence: Service, Sendable {
     /// rows, until the task is cancelled, the service group shuts down, or the store is closed.
     /// Runs once. A database that fails or goes away is logged and retried every second; once
     /// it is back, everything this node holds is written again (also when the others swept this
-    /// node's rows meanwhile). Ending writes nothing: the others count this node gone
-    /// `nodeTimeout` after its last heartbeat, as they would if it had died.
+    /// node's rows meanwhile). On a graceful shutdown the changes still pending (the leaves of
+    /// the subscribers the server ended as it stopped) are written once more, within the
+    /// store's deadline, so that the others hear their reasons; otherwise ending writes
+    /// nothing, and the others count this node gone `nodeTimeout` after its last heartbeat, as
+    /// they would if it had died.
     public func run() async throws {
         defer { viewStream.continuation.finish() }
         await cancelWhenGracefulShutdown {
@@ -94,6 +97,10 @@ public final class PostgresPresence: Service, Sendable {
                 _ = await group.next()
                 group.cancelAll()
             }
+        }
+        // A task of its own: this one may be cancelled, and the write must still go out.
+        if !backend.isClosed, writes.withLockedValue({ $0.hasWork }) {
+            await Task { try? await self.writePending() }.value
         }
     }
 
