@@ -227,7 +227,10 @@ extension PostgresStoreTests {
     /// and writes go through once the row is free.
     @Test func aWriterBehindAStuckCommitIsRefusedNotHung() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await PostgresCartStore.running(url: url, deadline: PostgresCartStore.defaultDeadline)
+        // 12 s (lock_timeout 9 s): the refusal comes from the lock's wait, inside the deadline,
+        // and the first write has room on a machine busy with the whole suite (it once took
+        // more than the default 4 s to commit in CI).
+        let store = try await PostgresCartStore.running(url: url, deadline: .seconds(12))
         defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
         let server = try await SharedPostgres.shared.server()

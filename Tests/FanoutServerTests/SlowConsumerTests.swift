@@ -166,7 +166,9 @@ struct SlowConsumerTests {
             #expect(server.hub.stats.slowConsumerDrops == 0)
             let decoder = FanoutJSON.decoder()
             let messages = try await onThreadOfItsOwn {
-                try paused.readMessages { messages in messages.count >= 1 + written }  // the welcome, then the events
+                // The welcome, then the events; 30 s of quiet at most (a busy CI machine once
+                // paused the server for more than 10 s before the last two).
+                try paused.readMessages(quiet: .seconds(30)) { messages in messages.count >= 1 + written }
             }
             let seqs = messages.compactMap { data -> Int64? in
                 guard case .event(let event) = try? decoder.decode(ServerMessage.self, from: data) else { return nil }
