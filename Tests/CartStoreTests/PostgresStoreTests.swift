@@ -428,7 +428,9 @@ extension PostgresStoreTests {
     /// which it cannot know, but that the change may or may not have been made.
     @Test func aCommitCutOffMidwayIsReportedAsUncertain() async throws {
         let url = try await SharedPostgres.shared.newDatabase()
-        let store = try await PostgresCartStore.running(url: url, deadline: PostgresCartStore.defaultDeadline)
+        // 20 s: the test has that long to see the COMMIT under way and end its session (with the
+        // default 4 s, a busy CI machine once missed the window).
+        let store = try await PostgresCartStore.running(url: url, deadline: .seconds(20))
         defer { try? store.close() }
         let server = try await SharedPostgres.shared.server()
         // Work that runs at COMMIT: a deferred trigger that takes its time.
