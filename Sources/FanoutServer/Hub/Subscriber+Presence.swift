@@ -43,15 +43,35 @@ extension Subscriber {
     /// its loop, written when its connection has room; otherwise dropped, and the cart's whole
     /// presence sent when it drains.
     func sendPresence(_ frames: [ByteBuffer], cart: String) {
-        loop.execute {
-            guard !self.isEnded, let transport = self.transport, !self.presenceBehind.contains(cart) else { return }
-            guard transport.isWritable else {
-                self.presenceBehind.insert(cart)
-                return
+        loop.execute { self.deliverPresence(frames, cart: cart) }
+    }
+
+    /// Hands `subscribers` a presence message of `cart`, from any thread: one hop to each of
+    /// their loops, not one per subscriber (a join on a cart of a thousand members is a thousand
+    /// deliveries).
+    static func sendPresence(_ frames: [ByteBuffer], cart: String, to subscribers: some Collection<Subscriber>) {
+        var byLoop: [(loop: any EventLoop, subscribers: [Subscriber])] = []
+        for subscriber in subscribers {
+            if let index = byLoop.firstIndex(where: { $0.loop === subscriber.loop }) {
+                byLoop[index].subscribers.append(subscriber)
+            } else {
+                byLoop.append((subscriber.loop, [subscriber]))
             }
-            transport.write(frames[self.framing.rawValue])
-            transport.flush()
         }
+        for (loop, subscribers) in byLoop {
+            loop.execute { for subscriber in subscribers { subscriber.deliverPresence(frames, cart: cart) } }
+        }
+    }
+
+    /// On its loop: writes the message if its connection has room; otherwise marks the cart.
+    private func deliverPresence(_ frames: [ByteBuffer], cart: String) {
+        guard !isEnded, let transport, !presenceBehind.contains(cart) else { return }
+        guard transport.isWritable else {
+            presenceBehind.insert(cart)
+            return
+        }
+        transport.write(frames[framing.rawValue])
+        transport.flush()
     }
 
     /// Its connection has room again: the carts whose changes it missed are sent whole.

@@ -227,8 +227,7 @@ final class PresenceRegistry: Sendable {
 
     private static func send(_ message: ServerMessage, to followers: some Collection<Subscriber>, cart: String) {
         guard !followers.isEmpty else { return }
-        let frames = frames(message)
-        for follower in followers { follower.sendPresence(frames, cart: cart) }
+        Subscriber.sendPresence(frames(message), cart: cart, to: followers)
     }
 }
 
