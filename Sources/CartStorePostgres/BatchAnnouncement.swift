@@ -20,8 +20,9 @@ import Foundation
 struct BatchAnnouncement {
     let previous: Int64?
     let latest: Int64
-    /// The event lines, undecoded.
-    private let body: Substring
+    /// The payload, and where its event lines start (UTF-8 offset; its length when none).
+    private let payload: String
+    private let bodyStart: Int
 
     /// A notification's payload is at most 8 000 bytes; this leaves room.
     static let maxBytes = 7_900
@@ -41,16 +42,17 @@ struct BatchAnnouncement {
     /// Reads a payload's first line: this form, or a bare seq (an older server's doorbell).
     /// Nil for anything else, which is a doorbell too.
     init?(_ payload: String) {
-        let newline = payload.firstIndex(of: "\n")
-        let head = payload[..<(newline ?? payload.endIndex)].split(separator: " ")
-        body = newline.map { payload[payload.index(after: $0)...] } ?? ""
+        let newline = payload.utf8.firstIndex(of: UInt8(ascii: "\n"))
+        let head = payload.utf8[..<(newline ?? payload.utf8.endIndex)].split(separator: UInt8(ascii: " "))
+        self.payload = payload
+        bodyStart = newline.map { payload.utf8.distance(from: payload.utf8.startIndex, to: $0) + 1 } ?? payload.utf8.count
         switch head.count {
         case 1:
-            guard let latest = Int64(head[0]) else { return nil }
+            guard let latest = Self.int64(head[0]) else { return nil }
             previous = nil
             self.latest = latest
         case 2:
-            guard let previous = Int64(head[0]), let latest = Int64(head[1]) else { return nil }
+            guard let previous = Self.int64(head[0]), let latest = Self.int64(head[1]) else { return nil }
             self.previous = previous
             self.latest = latest
         default:
@@ -59,20 +61,36 @@ struct BatchAnnouncement {
     }
 
     /// The batch's events, decoded now: nil unless the payload carries every one of them, the
-    /// seqs after `previous` in order, each well formed (else the log is read instead).
+    /// seqs after `previous` in order, each well formed (else the log is read instead). Read as
+    /// bytes: the fields are split at tab and newline bytes, which no field contains.
     func events() -> [CartEvent]? {
-        guard let previous, latest > previous, !body.isEmpty else { return nil }
-        var events: [CartEvent] = []
-        for line in body.split(separator: "\n", omittingEmptySubsequences: false) {
-            let fields = line.split(separator: "\t", maxSplits: 5, omittingEmptySubsequences: false)
-            guard fields.count == 5 || fields.count == 6, let seq = Int64(fields[0]), seq == previous + 1 + Int64(events.count),
-                let version = Int64(fields[2]), let committedAt = Int64(fields[3]),
-                let event = try? CartEvent.stored(
-                    seq: seq, cartID: String(fields[1]), change: String(fields[4]), version: version, committedAt: committedAt,
-                    idempotencyKey: fields.count == 6 ? String(fields[5]) : nil)
-            else { return nil }
-            events.append(event)
+        guard let previous, latest > previous, bodyStart < payload.utf8.count else { return nil }
+        var payload = payload
+        return payload.withUTF8 { bytes -> [CartEvent]? in
+            var events: [CartEvent] = []
+            events.reserveCapacity(Int(clamping: latest - previous))
+            for line in bytes[bodyStart...].split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+                let fields = line.split(separator: UInt8(ascii: "\t"), maxSplits: 5, omittingEmptySubsequences: false)
+                guard fields.count == 5 || fields.count == 6, let seq = Self.int64(fields[0]),
+                    seq == previous + 1 + Int64(events.count),
+                    let version = Self.int64(fields[2]), let committedAt = Self.int64(fields[3]),
+                    let event = try? CartEvent.stored(
+                        seq: seq, cartID: Self.string(fields[1]), change: Self.string(fields[4]), version: version,
+                        committedAt: committedAt, idempotencyKey: fields.count == 6 ? Self.string(fields[5]) : nil)
+                else { return nil }
+                events.append(event)
+            }
+            return Int64(events.count) == latest - previous ? events : nil
         }
-        return Int64(events.count) == latest - previous ? events : nil
+    }
+
+    private static func string(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> String {
+        String(decoding: UnsafeBufferPointer(rebasing: bytes), as: UTF8.self)
+    }
+
+    /// A decimal integer, as `Int64(_:)` reads it.
+    private static func int64<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Int64? {
+        bytes.withContiguousStorageIfAvailable { Int64(String(decoding: $0, as: UTF8.self)) }
+            ?? Int64(String(decoding: Array(bytes), as: UTF8.self))
     }
 }

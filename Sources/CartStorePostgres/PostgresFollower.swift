@@ -154,9 +154,11 @@ actor PostgresFollower {
     /// is delivered already or is this server's own batch.
     func heard(_ payload: String) async {
         guard let announcement = BatchAnnouncement(payload) else { return await catchUpQuietly() }
-        // Decoded only when they would be delivered: not this server's own batch, delivered
-        // already, nor one that does not follow what was delivered.
-        if announcement.latest > delivered, announcement.previous == delivered, !catchingUp,
+        // Decoded only when they would be delivered from here: not a batch delivered already,
+        // nor one that does not follow what was delivered, nor this server's own (its
+        // committer delivers it from memory, `deliverQuietly`; the notification can come first).
+        let own = ownBatch.withLockedValue { $0 }.map { announcement.latest <= $0 } ?? false
+        if announcement.latest > delivered, announcement.previous == delivered, !catchingUp, !own,
             let events = announcement.events(), deliverIfNext(events, following: delivered)
         {
             return
