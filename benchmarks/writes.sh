@@ -36,8 +36,29 @@ cpu_seconds() {
     python3 -c "print($total / $(getconf CLK_TCK))"
 }
 
+# The pids of PostgreSQL's processes: the postmaster and its children (the sessions persist
+# through a run, so their CPU before and after it can be compared).
+postgres_pids() {
+    local postmaster
+    postmaster=$(head -n 1 "$TMP/pg/postmaster.pid")
+    echo "$postmaster"
+    for stat in /proc/[0-9]*/stat; do
+        { read -r line <"$stat"; } 2>/dev/null || continue
+        read -ra fields <<<"${line##*) }"
+        if [ "${fields[1]}" = "$postmaster" ]; then line=${stat#/proc/}; echo "${line%/stat}"; fi
+    done
+}
+
+# The batches that wrote the events after seq $2 through $3 in database $1: a batch is one
+# transaction, so its events share their xmin.
+batches() {
+    "$PGBIN/psql" -qtA -h 127.0.0.1 -p "$pgport" -U fanout -d "$1" \
+        -c "SELECT count(DISTINCT xmin::text) FROM cart_events WHERE seq > $2 AND seq <= $3"
+}
+
 # run LABEL LASTSEQ_COMMAND CONNECTIONS URL... -- PID...: wrk on every URL at once (the
-# connections split between them), then one line of the table.
+# connections split between them), then one line of the table. DATABASE (PostgreSQL's, when
+# set) adds the database's own CPU per write and the writes per batch.
 run() {
     local label=$1 lastseq=$2 connections=$3; shift 3
     local urls=() servers=()
@@ -45,6 +66,11 @@ run() {
     servers=("$@")
     local before cpu0 cpu1 each=$((connections / ${#urls[@]})) i=0 wrks=()
     before=$(eval "$lastseq")
+    local pg=() pgcpu0=0 pgcpu1=0 batches=0
+    if [ -n "${DATABASE:-}" ]; then
+        mapfile -t pg < <(postgres_pids)
+        pgcpu0=$(cpu_seconds "${pg[@]}")
+    fi
     cpu0=$(cpu_seconds "${servers[@]}")
     for url in "${urls[@]}"; do
         wrk -t 1 -c "$each" -d "${SECONDS_EACH}s" --timeout 10s -s benchmarks/writes.lua "$url" | tail -n 1 >"$TMP/wrk.$i" &
@@ -54,24 +80,30 @@ run() {
     # These wrk runs, not the servers (background jobs too) nor any other wrk on the machine.
     wait "${wrks[@]}"
     cpu1=$(cpu_seconds "${servers[@]}")
+    [ -z "${DATABASE:-}" ] || pgcpu1=$(cpu_seconds "${pg[@]}")
     sleep 0.5
     local after
     after=$(eval "$lastseq")
+    [ -z "${DATABASE:-}" ] || batches=$(batches "$DATABASE" "$before" "$after")
     cat "$TMP"/wrk.* | python3 -c '
 import json, sys
 label, connections, before, after, cpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+pgcpu, batches = float(sys.argv[6]), int(sys.argv[7])
 runs = [json.loads(line) for line in sys.stdin if line.startswith("{")]
 acknowledged = sum(r["acknowledged"] for r in runs)
 seconds = max(r["seconds"] for r in runs)
 logged = after - before
 check = "ok" if logged >= acknowledged else "LOST %d" % (acknowledged - logged)
-print("%-36s%6d%12.0f%10.0f%9.1f%9.1f%8d%8s" % (label, connections, acknowledged / seconds, cpu / max(acknowledged, 1) * 1e6,
-      max(r["p50"] for r in runs), max(r["p99"] for r in runs), sum(r["errors"] for r in runs), check))
-' "$label" "$connections" "$before" "$after" "$(python3 -c "print($cpu1 - $cpu0)")"
+database = ("%9.0f%9.1f" % (pgcpu / max(acknowledged, 1) * 1e6, acknowledged / batches)) if batches else "%9s%9s" % ("-", "-")
+print("%-36s%6d%12.0f%10.0f%s%9.1f%9.1f%8d%8s" % (label, connections, acknowledged / seconds, cpu / max(acknowledged, 1) * 1e6,
+      database, max(r["p50"] for r in runs), max(r["p99"] for r in runs), sum(r["errors"] for r in runs), check))
+' "$label" "$connections" "$before" "$after" "$(python3 -c "print($cpu1 - $cpu0)")" \
+        "$(python3 -c "print($pgcpu1 - $pgcpu0)")" "$batches"
     rm -f "$TMP"/wrk.*
 }
 
-printf '%-36s%6s%12s%10s%9s%9s%8s%8s\n' "one item to a random cart of 1 000" "conns" "writes/s" "µs CPU/w" "p50 ms" "p99 ms" "errors" "log"
+printf '%-36s%6s%12s%10s%9s%9s%9s%9s%8s%8s\n' "one item to a random cart of 1 000" "conns" "writes/s" "µs CPU/w" "PG µs/w" "w/batch" \
+    "p50 ms" "p99 ms" "errors" "log"
 start_server sqlite "$TMP/fanout.sqlite"
 for c in $CONNECTIONS; do
     run "SQLite, 1 server" "sqlite3 $TMP/fanout.sqlite 'SELECT coalesce(max(seq), 0) FROM cart_events'" "$c" "$URL" -- "$PID"
@@ -86,6 +118,7 @@ for nodes in 1 2 3; do
         urls+=("$URL"); servers+=("$PID")
     done
     lastseq="$PGBIN/psql -qtA -h 127.0.0.1 -p $pgport -U fanout -d nodes$nodes -c 'SELECT latest FROM event_seq'"
+    DATABASE=nodes$nodes
     if [ "$nodes" = 1 ]; then
         for c in $CONNECTIONS; do run "PostgreSQL, 1 server" "$lastseq" "$c" "${urls[@]}" -- "${servers[@]}"; done
     else
@@ -93,5 +126,6 @@ for nodes in 1 2 3; do
     fi
     for pid in "${servers[@]}"; do kill "$pid"; wait "$pid" 2>/dev/null || true; done
 done
-echo "(µs CPU/w: the fanout servers' CPU per acknowledged write, summed over servers; PostgreSQL's own is not in it."
+echo "(µs CPU/w: the fanout servers' CPU per acknowledged write, summed over servers; PG µs/w: PostgreSQL's own;"
+echo " w/batch: acknowledged writes per batch committed;"
 echo " log: the database's last seq moved by at least the writes acknowledged)"

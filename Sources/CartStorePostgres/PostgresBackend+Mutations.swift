@@ -21,7 +21,8 @@ extension PostgresBackend {
     }
 
     /// Commits waiting mutations a batch per transaction until none is left; after each, the
-    /// follower delivers the log through the batch, then its callers are answered.
+    /// follower delivers the log through the batch, then its callers are answered. A batch is
+    /// taken once its transaction holds the seq row (`PostgresBatch.load`): what waits by then.
     ///
     /// A batch ends by its oldest mutation's deadline (`PostgresConnections.timeout` after it
     /// was queued); a mutation that waited that long behind earlier batches is answered at once,
@@ -29,39 +30,48 @@ extension PostgresBackend {
     /// 5 s (4 s for the database, the rest for this process to answer), and the next batch
     /// starts: nothing waits behind a batch that cannot end.
     private func drainCommits() async {
-        while let taken = commits.nextBatch() {
-            let now = ContinuousClock.now
-            var batch: [GroupCommit<CartMutation>.Mutation] = []
-            for mutation in taken {
-                if mutation.queuedAt + connections.timeout > now {
-                    batch.append(mutation)
-                } else {
-                    mutation.caller.resume(
-                        throwing: CartStoreError(
-                            .storeUnavailable,
-                            "the database gave no answer within \(connections.timeout) to the changes before this one; nothing was written"
-                        ))
-                }
+        while true {
+            for mutation in commits.takeExpired(queuedBy: .now - connections.timeout) {
+                mutation.caller.resume(
+                    throwing: CartStoreError(
+                        .storeUnavailable,
+                        "the database gave no answer within \(connections.timeout) to the changes before this one; nothing was written"
+                    ))
             }
-            guard let oldest = batch.map(\.queuedAt).min() else { continue }
-            await commitAndAnswer(batch, until: oldest + connections.timeout)
+            guard let oldest = commits.startBatch() else { return }
+            let commits = self.commits
+            await commitAndAnswer(until: oldest + connections.timeout) { commits.nextBatch() ?? [] }
         }
     }
 
-    /// Commits `batch` in one transaction, has the follower deliver it, and answers its callers.
+    typealias Mutation = GroupCommit<CartMutation>.Mutation
+
+    /// Commits a batch in one transaction, has the follower deliver it, and answers its
+    /// callers. The batch is `take`'s, called once: when the transaction holds the seq row, or
+    /// when it failed before (the mutations waiting then hear of the failure).
     ///
     /// A batch that the database refuses as a whole for its data (a constraint the plans did
     /// not foresee, SQLSTATE class 22 or 23) is committed again one mutation at a time, so that
     /// one bad change does not take the others with it.
-    private func commitAndAnswer(_ batch: [GroupCommit<CartMutation>.Mutation], until deadline: ContinuousClock.Instant) async {
+    private func commitAndAnswer(until deadline: ContinuousClock.Instant, taking take: @escaping @Sendable () -> [Mutation]) async {
+        let taken = NIOLockedValueBox<[Mutation]?>(nil)
+        let takeOnce: @Sendable () -> [Mutation] = {
+            taken.withLockedValue { taken in
+                if let batch = taken { return batch }
+                let batch = take()
+                taken = batch
+                return batch
+            }
+        }
         let committed: (outcomes: [Result<CartCommit, any Error>], batch: PostgresBatch)
         let committing = NIOLockedValueBox(false)
         do {
-            committed = try await commitBatch(batch.map(\.work), until: deadline, committing: committing)
+            committed = try await commitBatch(until: deadline, committing: committing) { takeOnce().map(\.work) }
         } catch {
+            let batch = takeOnce()
             await follower.ownBatchFailed()
             if batch.count > 1, !committing.withLockedValue({ $0 }), Self.refusedForItsData(error) {
-                for mutation in batch { await commitAndAnswer([mutation], until: deadline) }
+                for mutation in batch { await commitAndAnswer(until: deadline) { [mutation] } }
                 return
             }
             let answer =
@@ -83,7 +93,7 @@ extension PostgresBackend {
         _ = try? await Deadline.race(until: deadline, expired: { PostgresTimeout(leased: true, after: self.connections.timeout) }) {
             await follower.deliverQuietly(events, following: previous)
         }
-        for (mutation, outcome) in zip(batch, committed.outcomes) {
+        for (mutation, outcome) in zip(takeOnce(), committed.outcomes) {
             mutation.caller.resume(with: outcome.mapError { storage($0) })
         }
     }
@@ -96,20 +106,19 @@ extension PostgresBackend {
         return state.hasPrefix("22") || state.hasPrefix("23")
     }
 
-    /// One transaction for `mutations`, ended by `deadline` (`PostgresBatch`): each mutation's
-    /// outcome, and the batch (its events, and the seq they follow). `committing` is set once
-    /// the COMMIT is about to go out: from then on, a failure may have come after the commit.
+    /// One transaction for the mutations `take` gives once it holds the seq row, ended by
+    /// `deadline` (`PostgresBatch`): each mutation's outcome, in `take`'s order, and the batch
+    /// (its events, and the seq they follow). `committing` is set once the COMMIT is about to
+    /// go out: from then on, a failure may have come after the commit.
     private func commitBatch(
-        _ mutations: [CartMutation],
-        until deadline: ContinuousClock.Instant, committing: NIOLockedValueBox<Bool>
+        until deadline: ContinuousClock.Instant, committing: NIOLockedValueBox<Bool>,
+        taking take: @escaping @Sendable () -> [CartMutation]
     ) async throws -> (outcomes: [Result<CartCommit, any Error>], batch: PostgresBatch) {
         let logger = self.logger
         let follower = self.follower
-        let cartIDs = Array(Set(mutations.map(\.cartID)))
-        let keys = Array(Set(mutations.compactMap(\.keyed?.key)))
         return try await connections.withConnection(until: deadline) { connection in
             try await connection.withTransaction(logger: logger) { connection in
-                var batch = try await PostgresBatch.load(cartIDs, keys: keys, connection, logger)
+                var (batch, mutations) = try await PostgresBatch.load(connection, logger, taking: take)
                 let committedAt = Date().millisecondsSince1970
                 let outcomes = mutations.map { batch.plan($0, committedAt: committedAt) }
                 try await batch.write(connection, logger)

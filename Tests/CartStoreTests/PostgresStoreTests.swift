@@ -333,10 +333,11 @@ extension PostgresStoreTests {
         #expect(heard.received == log)
     }
 
-    /// Runs `changes` queued behind a change to cart `e` that waits for the seq row, held by
-    /// another session until they all wait: they then commit as one batch. In the order given
-    /// (each waits until the one before is queued), or, not `inOrder`, all at once. Returns the
-    /// codes of those refused, by index (0 is the change to `e`).
+    /// Runs `changes` queued behind a change to cart `e` whose batch waits for the seq row,
+    /// held by another session until they all wait: the batch is taken once the row is held,
+    /// so they all commit in it. In the order given (each waits until the one before is
+    /// queued), or, not `inOrder`, all at once. Returns the codes of those refused, by index (0
+    /// is the change to `e`).
     private static func queuedBehindTheHeldRow(
         _ store: CartStore, url: String, inOrder: Bool = true, _ changes: [@Sendable () async throws -> CartCommit]
     ) async throws -> [Int: FanoutErrorCode?] {
@@ -353,13 +354,13 @@ extension PostgresStoreTests {
         for (index, change) in ([first] + changes).enumerated() {
             tasks.append(Task { try await change() })
             if index == 0 {
-                // A batch of its own, waiting for the row; the others queue behind it.
-                await eventually("the first change taken") { store.backend.batchUnderWayFor != nil && store.waitingChanges == 0 }
+                // Its batch started, waiting for the row; the others queue behind it.
+                await eventually("the first change's batch started") { store.backend.batchUnderWayFor != nil && store.waitingChanges == 1 }
             } else if inOrder {
-                await eventually("change \(index) queued") { store.waitingChanges == index }
+                await eventually("change \(index) queued") { store.waitingChanges == index + 1 }
             }
         }
-        if !inOrder { await eventually("every change queued") { store.waitingChanges == changes.count } }
+        if !inOrder { await eventually("every change queued") { store.waitingChanges == changes.count + 1 } }
         _ = try await server.psql("SELECT pg_terminate_backend(pid) \(holding)", on: url)
         _ = await holder.value
         var refused: [Int: FanoutErrorCode?] = [:]

@@ -31,8 +31,10 @@ package final class GroupCommit<Work: Sendable>: Sendable {
     private struct Queue {
         var waiting: [Mutation] = []
         var draining = false
-        /// When the drain took its current batch.
+        /// When the drain took (or started: `startBatch`) its current batch.
         var batchTakenAt: ContinuousClock.Instant?
+        /// Whether the current batch was started before it was taken.
+        var started = false
     }
     private let queue = NIOLockedValueBox(Queue())
 
@@ -68,12 +70,43 @@ package final class GroupCommit<Work: Sendable>: Sendable {
             guard !queue.waiting.isEmpty else {
                 queue.draining = false
                 queue.batchTakenAt = nil
+                queue.started = false
                 return nil
             }
-            queue.batchTakenAt = .now
+            if !queue.started { queue.batchTakenAt = .now }
+            queue.started = false
             let batch = Array(queue.waiting.prefix(Self.maxBatch))
             queue.waiting.removeFirst(batch.count)
             return batch
+        }
+    }
+
+    /// Starts the next batch without taking it, for an engine that takes its batch only once it
+    /// can write it: the oldest waiting mutation's queue time (the batch's deadline counts from
+    /// it), or nil (and the drain ends) when nothing waits. The drain then takes the batch with
+    /// `nextBatch()`, which holds whatever waits by then: PostgreSQL's takes it once it holds
+    /// the seq row, so the mutations that arrive while other servers' batches hold the row
+    /// join this one instead of waiting for the next.
+    package func startBatch() -> ContinuousClock.Instant? {
+        queue.withLockedValue { queue in
+            guard let oldest = queue.waiting.first else {
+                queue.draining = false
+                queue.batchTakenAt = nil
+                return nil
+            }
+            queue.batchTakenAt = .now
+            queue.started = true
+            return oldest.queuedAt
+        }
+    }
+
+    /// Takes the mutations queued at or before `cutoff` (the oldest, first in the queue): those
+    /// that waited out their deadline, to be answered without being started.
+    package func takeExpired(queuedBy cutoff: ContinuousClock.Instant) -> [Mutation] {
+        queue.withLockedValue { queue in
+            let count = queue.waiting.prefix { $0.queuedAt <= cutoff }.count
+            defer { queue.waiting.removeFirst(count) }
+            return Array(queue.waiting.prefix(count))
         }
     }
 }
