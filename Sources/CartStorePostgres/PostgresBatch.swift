@@ -56,14 +56,9 @@ struct PostgresBatch: Sendable {
         let keys = Array(Set(mutations.compactMap(\.keyed?.key)))
         var carts: [String: Cart] = [:]
         var positions: [String: [String: Int64]] = [:]
-        for try await (id, version, sku, quantity, price, name, position) in try await connection.execute(
-            ReadCarts(ids: cartIDs), logger: logger)
-        {
-            carts[id, default: Cart(id: id, version: version)].version = version
-            if let sku, let quantity, let price, let position {
-                carts[id]!.items.append(CartItem(sku: sku, quantity: Int(quantity), unitPriceCents: Int(price), name: name))
-                positions[id, default: [:]][sku] = position
-            }
+        for try await (cart, linePositions) in try await connection.execute(ReadCarts(ids: cartIDs), logger: logger) {
+            carts[cart.id] = cart
+            positions[cart.id] = linePositions
         }
         var remembered: [IdempotencyKey: RememberedCommit] = [:]
         if !keys.isEmpty {
@@ -196,7 +191,9 @@ struct PostgresBatch: Sendable {
         func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
     }
 
-    /// The carts `ids` and their lines, in line order.
+    /// The carts `ids`, a row each, with their lines in line order as arrays (one row per
+    /// line cost the server a row's decoding per line, for every line of every cart a batch
+    /// changes), and each line's position.
     ///
     /// Each cart, and its lines, is looked up by its index, one cart at a time (`OFFSET 0`
     /// keeps PostgreSQL from flattening the lookups into a join it may plan as a scan of every
@@ -205,13 +202,15 @@ struct PostgresBatch: Sendable {
     /// at 12 000 lines, growing with them).
     struct ReadCarts: PostgresPreparedStatement {
         static let sql = """
-            SELECT c.id, c.version, i.sku, i.quantity, i.unit_price_cents, i.name, i.position
+            SELECT c.id, c.version, l.skus, l.quantities, l.prices, l.named, l.names, l.positions
             FROM unnest($1::text[]) AS asked(id)
             JOIN LATERAL (SELECT id, version FROM carts WHERE id = asked.id OFFSET 0) c ON true
             LEFT JOIN LATERAL (
-                SELECT sku, quantity, unit_price_cents, name, position FROM cart_items WHERE cart_id = c.id OFFSET 0
-            ) i ON true
-            ORDER BY c.id, i.position
+                SELECT array_agg(sku ORDER BY position) AS skus, array_agg(quantity::bigint ORDER BY position) AS quantities,
+                    array_agg(unit_price_cents ORDER BY position) AS prices, array_agg(name IS NOT NULL ORDER BY position) AS named,
+                    array_agg(coalesce(name, '') ORDER BY position) AS names, array_agg(position ORDER BY position) AS positions
+                FROM cart_items WHERE cart_id = c.id OFFSET 0
+            ) l ON true
             """
         let ids: [String]
         func makeBindings() -> PostgresBindings {
@@ -219,8 +218,25 @@ struct PostgresBatch: Sendable {
             binds.append(ids)
             return binds
         }
-        func decodeRow(_ row: PostgresRow) throws -> (String, Int64, String?, Int64?, Int64?, String?, Int64?) {
-            try row.decode((String, Int64, String?, Int64?, Int64?, String?, Int64?).self)
+        func decodeRow(_ row: PostgresRow) throws -> (Cart, [String: Int64]) {
+            let (id, version, skus, quantities, prices, named, names, positions) = try row.decode(
+                (String, Int64, [String]?, [Int64]?, [Int64]?, [Bool]?, [String]?, [Int64]?).self)
+            var cart = Cart(id: id, version: version)
+            var linePositions: [String: Int64] = [:]
+            if let skus, let quantities, let prices, let named, let names, let positions {
+                guard quantities.count == skus.count, prices.count == skus.count, named.count == skus.count,
+                    names.count == skus.count, positions.count == skus.count
+                else { throw CartStoreError(.storeUnavailable, "cart \(id)'s lines were read back malformed; nothing was written") }
+                cart.items.reserveCapacity(skus.count)
+                for index in skus.indices {
+                    cart.items.append(
+                        CartItem(
+                            sku: skus[index], quantity: Int(quantities[index]), unitPriceCents: Int(prices[index]),
+                            name: named[index] ? names[index] : nil))
+                    linePositions[skus[index]] = positions[index]
+                }
+            }
+            return (cart, linePositions)
         }
     }
 

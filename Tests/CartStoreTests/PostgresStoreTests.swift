@@ -299,6 +299,33 @@ extension PostgresStoreTests {
         #expect(try await store.cart("d")?.items.map(\.sku) == ["y", "after"])
     }
 
+    /// A change is planned on its cart as the batch reads it from the database (a row per
+    /// cart, its lines as arrays): the cart it answers with is the stored one after it, lines
+    /// in their order, names (and their absence, and an empty one) kept, with a line changed
+    /// in the middle; another store's change is planned on it too.
+    @Test func aChangeIsPlannedOnTheWholeStoredCart() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await PostgresCartStore.running(url: url)
+        defer { try? store.close() }
+        try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 10, name: "Apple")
+        try await store.addItem(cartID: "c", sku: "b", quantity: 2, unitPriceCents: 20)
+        try await store.addItem(cartID: "c", sku: "e", quantity: 1, unitPriceCents: 5, name: "")
+        let other = try await PostgresCartStore.running(url: url)
+        defer { try? other.close() }
+        try await other.addItem(cartID: "c", sku: "d", quantity: 1, unitPriceCents: 40, name: "Date")
+        let answered = try await store.addItem(cartID: "c", sku: "b", quantity: 3, unitPriceCents: 25, name: "Banana")
+        #expect(answered.cart.items.map(\.sku) == ["a", "b", "e", "d"])
+        #expect(answered.cart.items.map(\.name) == ["Apple", "Banana", "", "Date"])
+        #expect(answered.cart.items.map(\.quantity) == [1, 5, 1, 1])
+        #expect(answered.cart.version == 5)
+        #expect(try await store.cart("c") == answered.cart)
+        let cleared = try await other.clearCart(cartID: "c")
+        #expect(cleared.cart.items.isEmpty)
+        let again = try await store.addItem(cartID: "c", sku: "z", quantity: 1, unitPriceCents: 1)
+        #expect(again.cart.items.map(\.sku) == ["z"], "a cart without lines reads as empty")
+        #expect(again.cart.version == 7)
+    }
+
     /// Another server hears a batch from its notification when the events fit in one, and
     /// from the log when they do not (30 lines with 200-character names are far past 8 000
     /// bytes): either way every event once, in seq order, and the same events.
