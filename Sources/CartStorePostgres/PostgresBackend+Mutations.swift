@@ -40,25 +40,32 @@ extension PostgresBackend {
             }
             guard let oldest = commits.startBatch() else { return }
             let commits = self.commits
-            await commitAndAnswer(until: oldest + connections.timeout) { commits.nextBatch() ?? [] }
+            let started = ContinuousClock.now
+            await commitAndAnswer(until: oldest + connections.timeout) { holdingTheRow in
+                commits.nextBatch(queuedBy: holdingTheRow ? nil : started) ?? []
+            }
         }
     }
 
     typealias Mutation = GroupCommit<CartMutation>.Mutation
 
     /// Commits a batch in one transaction, has the follower deliver it, and answers its
-    /// callers. The batch is `take`'s, called once: when the transaction holds the seq row, or
-    /// when it failed before (the mutations waiting then hear of the failure).
+    /// callers. The batch is `take`'s, called once: `take(true)` when the transaction holds the
+    /// seq row (every mutation waiting then), or `take(false)` when it failed before (those that
+    /// waited when the batch started hear of the failure; later ones get a batch of their own,
+    /// as a killed session or a restarted database fails one batch, not every change behind it).
     ///
     /// A batch that the database refuses as a whole for its data (a constraint the plans did
     /// not foresee, SQLSTATE class 22 or 23) is committed again one mutation at a time, so that
     /// one bad change does not take the others with it.
-    private func commitAndAnswer(until deadline: ContinuousClock.Instant, taking take: @escaping @Sendable () -> [Mutation]) async {
+    private func commitAndAnswer(
+        until deadline: ContinuousClock.Instant, taking take: @escaping @Sendable (_ holdingTheRow: Bool) -> [Mutation]
+    ) async {
         let taken = NIOLockedValueBox<[Mutation]?>(nil)
-        let takeOnce: @Sendable () -> [Mutation] = {
+        let takeOnce: @Sendable (Bool) -> [Mutation] = { holdingTheRow in
             taken.withLockedValue { taken in
                 if let batch = taken { return batch }
-                let batch = take()
+                let batch = take(holdingTheRow)
                 taken = batch
                 return batch
             }
@@ -66,12 +73,12 @@ extension PostgresBackend {
         let committed: (outcomes: [Result<CartCommit, any Error>], batch: PostgresBatch)
         let committing = NIOLockedValueBox(false)
         do {
-            committed = try await commitBatch(until: deadline, committing: committing) { takeOnce().map(\.work) }
+            committed = try await commitBatch(until: deadline, committing: committing) { takeOnce(true).map(\.work) }
         } catch {
-            let batch = takeOnce()
+            let batch = takeOnce(false)
             await follower.ownBatchFailed()
             if batch.count > 1, !committing.withLockedValue({ $0 }), Self.refusedForItsData(error) {
-                for mutation in batch { await commitAndAnswer(until: deadline) { [mutation] } }
+                for mutation in batch { await commitAndAnswer(until: deadline) { _ in [mutation] } }
                 return
             }
             let answer =
@@ -93,7 +100,7 @@ extension PostgresBackend {
         _ = try? await Deadline.race(until: deadline, expired: { PostgresTimeout(leased: true, after: self.connections.timeout) }) {
             await follower.deliverQuietly(events, following: previous)
         }
-        for (mutation, outcome) in zip(takeOnce(), committed.outcomes) {
+        for (mutation, outcome) in zip(takeOnce(true), committed.outcomes) {
             mutation.caller.resume(with: outcome.mapError { storage($0) })
         }
     }

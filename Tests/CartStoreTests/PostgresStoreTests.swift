@@ -250,6 +250,41 @@ extension PostgresStoreTests {
         #expect(try await store.cart("c")?.items.map(\.sku) == ["a", "c"])
     }
 
+    /// A batch whose session dies while it waits for the seq row fails alone: a change queued
+    /// after that batch started is not taken into its failure, and commits once the row is
+    /// free (a batch is taken only when the row is held, or, failing before, only what waited
+    /// when it started).
+    @Test func aBatchThatFailsBeforeTheRowTakesOnlyWhatWaitedForIt() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await PostgresCartStore.running(url: url)
+        defer { try? store.close() }
+        try await store.addItem(cartID: "c", sku: "warm", quantity: 1, unitPriceCents: 1)
+        let server = try await SharedPostgres.shared.server()
+        let holder = Task {
+            try? await server.psql("BEGIN", "SELECT latest FROM event_seq FOR UPDATE", "SELECT pg_sleep(600)", "COMMIT", on: url)
+        }
+        let holding = "FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_sleep(600)'"
+        await eventually("the row held") { (try? await server.psql("SELECT count(*) \(holding)", on: url)) == "1\n" }
+        let first = Task { try await store.addItem(cartID: "a", sku: "x", quantity: 1, unitPriceCents: 1) }
+        await eventually("the first batch started") { store.backend.batchUnderWayFor != nil && store.waitingChanges == 1 }
+        let waitingForTheRow = """
+            FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+            AND query = 'SELECT latest FROM event_seq FOR UPDATE'
+            """
+        await eventually("its session waiting for the row") {
+            (try? await server.psql("SELECT count(*) \(waitingForTheRow)", on: url)) == "1\n"
+        }
+        let second = Task { try await store.addItem(cartID: "b", sku: "y", quantity: 1, unitPriceCents: 1) }
+        await eventually("the second change queued") { store.waitingChanges == 2 }
+        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(waitingForTheRow)", on: url)
+        await #expect(throws: (any Error).self) { try await first.value }
+        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(holding)", on: url)
+        _ = await holder.value
+        let committed = try await second.value
+        #expect(committed.cart.items.map(\.sku) == ["y"])
+        #expect(try await wholeLog(store).map(\.cartID) == ["c", "b"])
+    }
+
     /// Changes that pile up behind a held seq row commit as one batch, planned in memory one
     /// after the other: a line removed and added again goes last, a refused change takes no
     /// seq, a cleared cart starts over, and the carts read back are the log replayed in order.

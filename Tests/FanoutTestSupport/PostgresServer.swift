@@ -260,12 +260,14 @@ private struct Cluster {
         let settings = """
 
             # PostgresServer (fanout's tests): reached over 127.0.0.1 only, nothing kept through a
-            # crash, and room for tests that each hold a pool of connections.
+            # crash of the machine, and room for tests that each hold a pool of connections. A
+            # commit is written out before it is answered (synchronous_commit stays on), so what
+            # was committed survives the server's processes quitting at once (`pause(immediately:)`):
+            # with it off, the schema a test had just migrated was once lost that way.
             listen_addresses = '127.0.0.1'
             unix_socket_directories = '\(directory.path.replacingOccurrences(of: "'", with: "''"))'
             max_connections = 200
             fsync = off
-            synchronous_commit = off
             full_page_writes = off
 
             """

@@ -64,8 +64,10 @@ package final class GroupCommit<Work: Sendable>: Sendable {
     /// Mutations queued and not yet taken into a batch.
     package var waiting: Int { queue.withLockedValue { $0.waiting.count } }
 
-    /// The next batch; nil (and the drain ends) when nothing waits.
-    package func nextBatch() -> [Mutation]? {
+    /// The next batch; nil (and the drain ends) when nothing waits. With `cutoff`, only the
+    /// mutations queued by then (for a batch started with `startBatch` that failed before it
+    /// was taken: those that waited for it hear of the failure, not the ones that came after).
+    package func nextBatch(queuedBy cutoff: ContinuousClock.Instant? = nil) -> [Mutation]? {
         queue.withLockedValue { queue in
             guard !queue.waiting.isEmpty else {
                 queue.draining = false
@@ -75,7 +77,8 @@ package final class GroupCommit<Work: Sendable>: Sendable {
             }
             if !queue.started { queue.batchTakenAt = .now }
             queue.started = false
-            let batch = Array(queue.waiting.prefix(Self.maxBatch))
+            let batch = Array(
+                queue.waiting.prefix(Self.maxBatch).prefix { mutation in cutoff.map { mutation.queuedAt <= $0 } ?? true })
             queue.waiting.removeFirst(batch.count)
             return batch
         }
