@@ -233,18 +233,12 @@ extension PostgresStoreTests {
         let store = try await PostgresCartStore.running(url: url, deadline: .seconds(12))
         defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
-        let server = try await SharedPostgres.shared.server()
         // Held until the test ends that session (the sleep is far longer than the test).
-        let holder = Task {
-            try? await server.psql("BEGIN", "SELECT latest FROM event_seq FOR UPDATE", "SELECT pg_sleep(600)", "COMMIT", on: url)
-        }
-        let holding = "FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_sleep(600)'"
-        await eventually("the row held") { (try? await server.psql("SELECT count(*) \(holding)", on: url)) == "1\n" }
+        let holder = try await SeqRowHolder.hold(on: url)
         await #expect { try await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 1) } throws: { error in
             CartStoreError.code(error) == .storeUnavailable && "\(error)".contains("nothing was written")
         }
-        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(holding)", on: url)
-        _ = await holder.value
+        try await holder.release()
         try await store.addItem(cartID: "c", sku: "c", quantity: 1, unitPriceCents: 1)
         #expect(try await wholeLog(store).map(\.seq) == [1, 2])
         #expect(try await store.cart("c")?.items.map(\.sku) == ["a", "c"])
@@ -260,11 +254,7 @@ extension PostgresStoreTests {
         defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "warm", quantity: 1, unitPriceCents: 1)
         let server = try await SharedPostgres.shared.server()
-        let holder = Task {
-            try? await server.psql("BEGIN", "SELECT latest FROM event_seq FOR UPDATE", "SELECT pg_sleep(600)", "COMMIT", on: url)
-        }
-        let holding = "FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_sleep(600)'"
-        await eventually("the row held") { (try? await server.psql("SELECT count(*) \(holding)", on: url)) == "1\n" }
+        let holder = try await SeqRowHolder.hold(on: url)
         let first = Task { try await store.addItem(cartID: "a", sku: "x", quantity: 1, unitPriceCents: 1) }
         await eventually("the first batch started") { store.backend.batchUnderWayFor != nil && store.waitingChanges == 1 }
         let waitingForTheRow = """
@@ -278,8 +268,7 @@ extension PostgresStoreTests {
         await eventually("the second change queued") { store.waitingChanges == 2 }
         _ = try await server.psql("SELECT pg_terminate_backend(pid) \(waitingForTheRow)", on: url)
         await #expect(throws: (any Error).self) { try await first.value }
-        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(holding)", on: url)
-        _ = await holder.value
+        try await holder.release()
         let committed = try await second.value
         #expect(committed.cart.items.map(\.sku) == ["y"])
         #expect(try await wholeLog(store).map(\.cartID) == ["c", "b"])
@@ -403,12 +392,7 @@ extension PostgresStoreTests {
     private static func queuedBehindTheHeldRow(
         _ store: CartStore, url: String, inOrder: Bool = true, _ changes: [@Sendable () async throws -> CartCommit]
     ) async throws -> [Int: FanoutErrorCode?] {
-        let server = try await SharedPostgres.shared.server()
-        let holder = Task {
-            try? await server.psql("BEGIN", "SELECT latest FROM event_seq FOR UPDATE", "SELECT pg_sleep(600)", "COMMIT", on: url)
-        }
-        let holding = "FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_sleep(600)'"
-        await eventually("the row held") { (try? await server.psql("SELECT count(*) \(holding)", on: url)) == "1\n" }
+        let holder = try await SeqRowHolder.hold(on: url)
         let first: @Sendable () async throws -> CartCommit = {
             try await store.addItem(cartID: "e", sku: "first", quantity: 1, unitPriceCents: 1)
         }
@@ -423,8 +407,7 @@ extension PostgresStoreTests {
             }
         }
         if !inOrder { await eventually("every change queued") { store.waitingChanges == changes.count + 1 } }
-        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(holding)", on: url)
-        _ = await holder.value
+        try await holder.release()
         var refused: [Int: FanoutErrorCode?] = [:]
         for (index, task) in tasks.enumerated() {
             do {
@@ -444,17 +427,11 @@ extension PostgresStoreTests {
         let store = try await PostgresCartStore.running(url: url, deadline: PostgresCartStore.defaultDeadline)
         defer { try? store.close() }
         try await store.checkWritable()
-        let server = try await SharedPostgres.shared.server()
-        let holder = Task {
-            try? await server.psql("BEGIN", "SELECT latest FROM event_seq FOR UPDATE", "SELECT pg_sleep(600)", "COMMIT", on: url)
-        }
-        let holding = "FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_sleep(600)'"
-        await eventually("the row held") { (try? await server.psql("SELECT count(*) \(holding)", on: url)) == "1\n" }
+        let holder = try await SeqRowHolder.hold(on: url)
         let write = Task { try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1) }
         await #expect { try await store.checkWritable() } throws: { CartStoreError.code($0) == .storeUnavailable }
         await #expect { try await write.value } throws: { CartStoreError.code($0) == .storeUnavailable }
-        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(holding)", on: url)
-        _ = await holder.value
+        try await holder.release()
         try await store.checkWritable()
         try await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 1)
     }
@@ -564,5 +541,29 @@ extension PostgresStoreTests {
         #expect(log == Array(1...Int64(log.count)), "one gap-free log")
         #expect(Set(outcome.acknowledged).isSubset(of: Set(log)), "every acknowledged change is in the log")
         #expect(outcome.acknowledged.count == Set(outcome.acknowledged).count, "no seq acknowledged twice")
+    }
+}
+
+/// Another session holding the seq row, as a server stuck in the middle of its commit: `BEGIN`,
+/// the row `FOR UPDATE`, then a sleep far longer than any test, until `release()` ends it.
+private struct SeqRowHolder {
+    let url: String
+    let server: PostgresServer
+    let session: Task<Void, Never>
+    static let holding = "FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_sleep(600)'"
+
+    static func hold(on url: String) async throws -> SeqRowHolder {
+        let server = try await SharedPostgres.shared.server()
+        let session = Task {
+            _ = try? await server.psql("BEGIN", "SELECT latest FROM event_seq FOR UPDATE", "SELECT pg_sleep(600)", "COMMIT", on: url)
+        }
+        await eventually("the row held") { (try? await server.psql("SELECT count(*) \(holding)", on: url)) == "1\n" }
+        return SeqRowHolder(url: url, server: server, session: session)
+    }
+
+    /// Ends the session (its transaction with it) and waits until it has gone.
+    func release() async throws {
+        _ = try await server.psql("SELECT pg_terminate_backend(pid) \(Self.holding)", on: url)
+        await session.value
     }
 }
