@@ -240,9 +240,10 @@ struct PostgresFailureTests {
     }
 
     /// A cluster of the test's own, a server on its database `database`, and two writers
-    /// whose changes go through. The database's commits are in the log on disk before they are
-    /// acknowledged: the harness's clusters do not wait for that, and a crash (SIGKILL of a
-    /// session, an immediate stop) would lose what was acknowledged.
+    /// whose changes go through. The database's commits are in the log before they are
+    /// acknowledged (the harness's clusters have `synchronous_commit` on too; said here again
+    /// as this test depends on it): a crash (SIGKILL of a session, an immediate stop) must not
+    /// lose what was acknowledged.
     private static func serverUnderWriters(database name: String) async throws -> (PostgresServer, ServerProcess, TimedWriters) {
         let postgres = try await PostgresServer.startCluster()
         let database = try await postgres.makeDatabase(named: name)
