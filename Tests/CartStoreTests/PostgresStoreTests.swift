@@ -343,11 +343,32 @@ extension PostgresStoreTests {
         #expect(answered.cart.items.map(\.quantity) == [1, 5, 1, 1])
         #expect(answered.cart.version == 5)
         #expect(try await store.cart("c") == answered.cart)
+        let next = try await store.addItem(cartID: "c", sku: "f", quantity: 1, unitPriceCents: 1)
+        #expect(next.cart.items.map(\.name) == ["Apple", "Banana", "", "Date", nil])
         let cleared = try await other.clearCart(cartID: "c")
         #expect(cleared.cart.items.isEmpty)
         let again = try await store.addItem(cartID: "c", sku: "z", quantity: 1, unitPriceCents: 1)
         #expect(again.cart.items.map(\.sku) == ["z"], "a cart without lines reads as empty")
-        #expect(again.cart.version == 7)
+        #expect(again.cart.version == 8)
+    }
+
+    /// A cart's lines are planned on in the order they were added, wherever their rows lie:
+    /// after a line is removed and the table vacuumed, the next line's row takes the freed
+    /// place before the others'.
+    @Test func linesKeepTheirOrderWhereverTheirRowsLie() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await PostgresCartStore.running(url: url)
+        defer { try? store.close() }
+        for sku in ["a", "b", "c"] { try await store.addItem(cartID: "o", sku: sku, quantity: 1, unitPriceCents: 1) }
+        try await store.removeItem(cartID: "o", sku: "a")
+        let server = try await SharedPostgres.shared.server()
+        _ = try await server.psql("VACUUM cart_items", on: url)
+        try await store.addItem(cartID: "o", sku: "d", quantity: 1, unitPriceCents: 1)
+        let stored = try await server.psql("SELECT sku FROM cart_items WHERE cart_id = 'o' ORDER BY ctid", on: url)
+        #expect(stored.split(separator: "\n") == ["d", "b", "c"], "the rows as stored: d took a's place")
+        let answered = try await store.addItem(cartID: "o", sku: "e", quantity: 1, unitPriceCents: 1)
+        #expect(answered.cart.items.map(\.sku) == ["b", "c", "d", "e"])
+        #expect(try await store.cart("o")?.items.map(\.sku) == ["b", "c", "d", "e"])
     }
 
     /// Another server hears a batch from its notification when the events fit in one, and
