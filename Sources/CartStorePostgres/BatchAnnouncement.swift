@@ -42,37 +42,39 @@ struct BatchAnnouncement {
     /// Reads a payload's first line: this form, or a bare seq (an older server's doorbell).
     /// Nil for anything else, which is a doorbell too.
     init?(_ payload: String) {
-        let newline = payload.utf8.firstIndex(of: UInt8(ascii: "\n"))
-        let head = payload.utf8[..<(newline ?? payload.utf8.endIndex)].split(separator: UInt8(ascii: " "))
-        self.payload = payload
-        bodyStart = newline.map { payload.utf8.distance(from: payload.utf8.startIndex, to: $0) + 1 } ?? payload.utf8.count
-        switch head.count {
-        case 1:
-            guard let latest = Self.int64(head[0]) else { return nil }
-            previous = nil
-            self.latest = latest
-        case 2:
-            guard let previous = Self.int64(head[0]), let latest = Self.int64(head[1]) else { return nil }
-            self.previous = previous
-            self.latest = latest
-        default:
-            return nil
+        var payload = payload
+        let head: (previous: Int64?, latest: Int64, bodyStart: Int)? = payload.withUTF8 { bytes in
+            let newline = bytes.firstIndex(of: UInt8(ascii: "\n"))
+            let fields = bytes[..<(newline ?? bytes.endIndex)].split(separator: UInt8(ascii: " "))
+            let bodyStart = newline.map { $0 + 1 } ?? bytes.count
+            switch fields.count {
+            case 1:
+                return Self.int64(fields[0]).map { (nil, $0, bodyStart) }
+            case 2:
+                guard let previous = Self.int64(fields[0]), let latest = Self.int64(fields[1]) else { return nil }
+                return (previous, latest, bodyStart)
+            default:
+                return nil
+            }
         }
+        guard let head else { return nil }
+        self.payload = payload
+        (previous, latest, bodyStart) = head
     }
 
     /// The batch's events, decoded now: nil unless the payload carries every one of them, the
     /// seqs after `previous` in order, each well formed (else the log is read instead). Read as
-    /// bytes: the fields are split at tab and newline bytes, which no field contains.
+    /// bytes: the fields are split at tab and newline bytes, which no field contains. The
+    /// head's span is not trusted for anything but the count (a payload could claim any).
     func events() -> [CartEvent]? {
         guard let previous, latest > previous, bodyStart < payload.utf8.count else { return nil }
         var payload = payload
         return payload.withUTF8 { bytes -> [CartEvent]? in
             var events: [CartEvent] = []
-            events.reserveCapacity(Int(clamping: latest - previous))
             for line in bytes[bodyStart...].split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
                 let fields = line.split(separator: UInt8(ascii: "\t"), maxSplits: 5, omittingEmptySubsequences: false)
                 guard fields.count == 5 || fields.count == 6, let seq = Self.int64(fields[0]),
-                    seq == previous + 1 + Int64(events.count),
+                    seq == Self.sum(previous, 1 + events.count),
                     let version = Self.int64(fields[2]), let committedAt = Self.int64(fields[3]),
                     let event = try? CartEvent.stored(
                         seq: seq, cartID: Self.string(fields[1]), change: Self.string(fields[4]), version: version,
@@ -80,8 +82,14 @@ struct BatchAnnouncement {
                 else { return nil }
                 events.append(event)
             }
-            return Int64(events.count) == latest - previous ? events : nil
+            return Self.sum(previous, events.count) == latest ? events : nil
         }
+    }
+
+    /// `seq + count`, nil past `Int64.max`: the head's seqs are read from the payload.
+    private static func sum(_ seq: Int64, _ count: Int) -> Int64? {
+        let (sum, overflow) = seq.addingReportingOverflow(Int64(count))
+        return overflow ? nil : sum
     }
 
     private static func string(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> String {
@@ -89,8 +97,7 @@ struct BatchAnnouncement {
     }
 
     /// A decimal integer, as `Int64(_:)` reads it.
-    private static func int64<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Int64? {
-        bytes.withContiguousStorageIfAvailable { Int64(String(decoding: $0, as: UTF8.self)) }
-            ?? Int64(String(decoding: Array(bytes), as: UTF8.self))
+    private static func int64(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> Int64? {
+        Int64(string(bytes))
     }
 }

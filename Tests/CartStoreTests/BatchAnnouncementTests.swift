@@ -75,5 +75,14 @@ struct BatchAnnouncementTests {
         let events = Self.events(after: 3, 2)
         let missing = "3 6\n" + Self.payload(events, previous: 3).split(separator: "\n").dropFirst().joined(separator: "\n")
         #expect(try #require(BatchAnnouncement(missing)).events() == nil)
+        // A head claiming far more events than its lines (anyone may NOTIFY the channel): no
+        // events, and nothing sized by the claim.
+        let line = Self.payload(Self.events(after: 0, 1), previous: 0).split(separator: "\n")[1]
+        #expect(try #require(BatchAnnouncement("0 \(Int64.max)\n\(line)")).events() == nil)
+        #expect(try #require(BatchAnnouncement("\(Int64.min) \(Int64.max)\n\(line)")).events() == nil)
+        let negative = "-2 \(Int64.max)\n-1\tc\t1\t0\t{\"kind\":\"cartCleared\"}"
+        #expect(try #require(BatchAnnouncement(negative)).events() == nil, "a span past Int64.max")
+        let last = try #require(BatchAnnouncement("\(Int64.max - 1) \(Int64.max)\n\(Int64.max)\tc\t1\t0\t{\"kind\":\"cartCleared\"}"))
+        #expect(last.events()?.map(\.seq) == [Int64.max], "the last seq there can be reads as any other")
     }
 }
