@@ -5,19 +5,26 @@ free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# The pid whose parent is $1 (nginx's only worker), read from /proc so procps is not needed;
-# processes may exit while the list is read, so unreadable entries are skipped.
-child_of() {
-    local stat line fields
+# The pids whose parent is $1, at most $2 of them (all when not given), read from /proc so
+# procps is not needed; processes may exit while the list is read, so unreadable entries are
+# skipped.
+children_of() {
+    local stat line fields found=0
     for stat in /proc/[0-9]*/stat; do
         { read -r line <"$stat"; } 2>/dev/null || continue
         read -ra fields <<<"${line##*) }"     # after the command name: state, ppid, …
         if [ "${fields[1]}" = "$1" ]; then
             line=${stat#/proc/}
             echo "${line%/stat}"
-            return
+            found=$((found + 1))
+            [ -z "${2:-}" ] || [ "$found" -lt "$2" ] || return 0
         fi
     done
+}
+
+# The pid whose parent is $1 (nginx's only worker, the process perf started).
+child_of() {
+    children_of "$1" 1
 }
 
 # A throwaway PostgreSQL cluster (for nodes.sh and writes.sh): `postgres_cluster NAME` makes

@@ -42,11 +42,7 @@ postgres_pids() {
     local postmaster
     postmaster=$(head -n 1 "$TMP/pg/postmaster.pid")
     echo "$postmaster"
-    for stat in /proc/[0-9]*/stat; do
-        { read -r line <"$stat"; } 2>/dev/null || continue
-        read -ra fields <<<"${line##*) }"
-        if [ "${fields[1]}" = "$postmaster" ]; then line=${stat#/proc/}; echo "${line%/stat}"; fi
-    done
+    children_of "$postmaster"
 }
 
 # The batches that wrote the events after seq $2 through $3 in database $1: a batch is one
