@@ -86,6 +86,11 @@ let package = Package(
             ]
         ),
         .target(name: "ProcessSignals"),
+        // An event loop as a task's preferred executor: the server's connections, the PostgreSQL engine's batches.
+        .target(
+            name: "EventLoopExecutor",
+            dependencies: ["FanoutProtocol", .product(name: "NIOCore", package: "swift-nio")]
+        ),
         // Carts and their event log in SQLite, observed in process; the engine protocol that
         // CartStorePostgres implements too.
         .target(
@@ -106,6 +111,7 @@ let package = Package(
             name: "CartStorePostgres",
             dependencies: [
                 "CartStore",
+                "EventLoopExecutor",
                 serverOnly("PostgresNIO", "postgres-nio"),
                 serverOnly("ServiceLifecycle", "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -118,6 +124,7 @@ let package = Package(
             dependencies: [
                 "CartStore",
                 "CartStorePostgres",
+                "EventLoopExecutor",
                 "FanoutProtocol",
                 "ProcessSignals",
                 serverOnly("Hummingbird", "hummingbird"),
@@ -222,6 +229,7 @@ let package = Package(
             name: "FanoutServerTests",
             dependencies: [
                 "FanoutServer",
+                "EventLoopExecutor",
                 "FanoutTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 serverOnly("HummingbirdTesting", "hummingbird"),

@@ -12,7 +12,7 @@ extension PostgresBackend {
         try await withCheckedThrowingContinuation { caller in
             do {
                 if try commits.enqueue(.init(work: mutation, caller: caller)) {
-                    Task { await self.drainCommits() }
+                    Task(executorPreference: connections.executor) { await self.drainCommits() }
                 }
             } catch {
                 caller.resume(throwing: error)
@@ -97,7 +97,9 @@ extension PostgresBackend {
         let follower = self.follower
         let events = committed.batch.events
         let previous = committed.batch.previous
-        _ = try? await Deadline.race(until: deadline, expired: { PostgresTimeout(leased: true, after: self.connections.timeout) }) {
+        _ = try? await Deadline.race(
+            until: deadline, on: connections.executor, expired: { PostgresTimeout(leased: true, after: self.connections.timeout) }
+        ) {
             await follower.deliverQuietly(events, following: previous)
         }
         for (mutation, outcome) in zip(takeOnce(true), committed.outcomes) {

@@ -1,4 +1,5 @@
 import CartStore
+import EventLoopExecutor
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
@@ -35,7 +36,8 @@ final class PostgresBackend: CartStoreBackend {
     static let pollInterval: Duration = .seconds(1)
 
     private init(
-        location: PostgresLocation, client: PostgresClient, deadline: Duration, databaseID: String, latestSeq: Int64, logger: Logger,
+        location: PostgresLocation, client: PostgresClient, executor: EventLoopTaskExecutor, deadline: Duration, databaseID: String,
+        latestSeq: Int64, logger: Logger,
         commitLimit: Int
     ) {
         self.location = location
@@ -43,7 +45,7 @@ final class PostgresBackend: CartStoreBackend {
         self.client = client
         let connections = PostgresConnections(
             client: client, maximumConnections: location.clientConfiguration(deadline: deadline).options.maximumConnections,
-            timeout: deadline)
+            timeout: deadline, executor: executor)
         self.connections = connections
         self.logger = logger
         self.commits = GroupCommit(limit: commitLimit)
@@ -92,9 +94,11 @@ final class PostgresBackend: CartStoreBackend {
             throw Self.storage(error, naming: location.description)
         }
         let configuration = location.clientConfiguration(deadline: deadline)
-        let client = PostgresClient(configuration: configuration, backgroundLogger: clientLogger)
+        let loops = PostgresClient.defaultEventLoopGroup
+        let client = PostgresClient(configuration: configuration, eventLoopGroup: loops, backgroundLogger: clientLogger)
         return PostgresBackend(
-            location: location, client: client, deadline: deadline, databaseID: databaseID, latestSeq: latest, logger: logger,
+            location: location, client: client, executor: EventLoopTaskExecutor(loops.next()), deadline: deadline, databaseID: databaseID,
+            latestSeq: latest, logger: logger,
             commitLimit: commitLimit)
     }
 
@@ -111,12 +115,14 @@ final class PostgresBackend: CartStoreBackend {
     func run() async {
         let client = self.client
         let follower = self.follower
+        let executor = connections.executor
         let closed = closing.stream
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await client.run() }
-                group.addTask { await follower.listen() }
-                group.addTask { await follower.poll(every: Self.pollInterval) }
+                // The follower on the loop its batches are committed from (`PostgresConnections`).
+                group.addTask(executorPreference: executor) { await follower.listen() }
+                group.addTask(executorPreference: executor) { await follower.poll(every: Self.pollInterval) }
                 group.addTask { for await _ in closed {} }
                 // The first to end (the store closed; the others end only when cancelled).
                 _ = await group.next()

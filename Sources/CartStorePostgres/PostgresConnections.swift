@@ -1,4 +1,5 @@
 import CartStore
+import EventLoopExecutor
 import NIOConcurrencyHelpers
 import PostgresNIO
 
@@ -21,6 +22,13 @@ struct PostgresConnections: Sendable {
     /// row (`PostgresCartStore.defaultDeadline` unless its opener chose another).
     let timeout: Duration
 
+    /// The event loop the engine's own work runs on: its batches (`PostgresBackend.commit`),
+    /// the follower, and the deadline of every use. Their statements run on the loop of the
+    /// connection lent (`withConnection`), and await nothing else. On Swift's global executor
+    /// instead, each statement's answer woke a thread of its pool, and its next statement woke
+    /// the loop again: a batch's five round trips cost ten thread switches.
+    let executor: EventLoopTaskExecutor
+
     /// Runs `body` on a pooled connection and returns what it returns, or throws
     /// `PostgresTimeout` at `deadline` (then the connection, if one was lent, is closed).
     ///
@@ -40,6 +48,7 @@ struct PostgresConnections: Sendable {
         let timeout = self.timeout
         return try await Deadline.race(
             until: deadline,
+            on: executor,
             expired: {
                 let (connection, leased) = lease.withLockedValue { lease in
                     lease.expired = true
@@ -65,7 +74,9 @@ struct PostgresConnections: Sendable {
                         defer { lease.withLockedValue { $0.connection = nil } }
                         guard !connection.isClosed else { throw SessionEndedUnused() }
                         do {
-                            return try await body(connection)
+                            return try await withTaskExecutorPreference(EventLoopTaskExecutor(connection.eventLoop)) {
+                                try await body(connection)
+                            }
                         } catch {
                             if Self.endsSession(error) { try? await connection.close() }
                             throw error

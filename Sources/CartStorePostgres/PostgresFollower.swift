@@ -157,7 +157,10 @@ actor PostgresFollower {
         // Decoded only when they would be delivered from here: not a batch delivered already,
         // nor one that does not follow what was delivered, nor this server's own (its
         // committer delivers it from memory, `deliverQuietly`; the notification can come first).
-        let own = ownBatch.withLockedValue { $0 }.map { announcement.latest <= $0 } ?? false
+        // Another server's batch before the own one is delivered here even while the own one
+        // commits: its notification is often late (the own batch took the seq row the moment
+        // that batch committed), and skipped, it cost the committer a read of the log.
+        let own = ownBatch.withLockedValue { $0 } == announcement.latest
         if announcement.latest > delivered, announcement.previous == delivered, !catchingUp, !own,
             let events = announcement.events(), deliverIfNext(events, following: delivered)
         {

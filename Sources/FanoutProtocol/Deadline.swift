@@ -8,8 +8,13 @@ package enum Deadline {
     /// answered at the deadline even when `work` does not heed cancellation (PostgresNIO goes
     /// on waiting for an answer that never comes; `expired` may close what it waits on). A
     /// cancelled caller cancels `work`, and is answered when it ends or at the deadline.
+    ///
+    /// `work` runs on `executor` when one is given, which then also keeps the deadline (an
+    /// event loop's timer); otherwise on Swift's global executor, the deadline kept by a task
+    /// that sleeps until it (a dispatch timer, and a thread woken to cancel it).
     package static func race<T: Sendable>(
         until deadline: ContinuousClock.Instant,
+        on executor: (any DeadlineExecutor)? = nil,
         expired: @escaping @Sendable () -> any Error,
         _ work: @escaping @Sendable () async throws -> T
     ) async throws -> T {
@@ -17,13 +22,22 @@ package enum Deadline {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 race.caller.withLock { $0 = continuation }
-                let timer = Task {
-                    try? await Task.sleep(until: deadline)
+                let expire: @Sendable () -> Void = {
                     guard let caller = race.take() else { return }
                     race.worker.withLock { $0 }?.cancel()
                     caller.resume(throwing: expired())
                 }
-                let worker = Task {
+                let cancelTimer: @Sendable () -> Void
+                if let executor {
+                    cancelTimer = executor.schedule(at: deadline, expire)
+                } else {
+                    let timer = Task {
+                        try? await Task.sleep(until: deadline)
+                        expire()
+                    }
+                    cancelTimer = { timer.cancel() }
+                }
+                let worker = Task(executorPreference: executor) {
                     let result: Result<T, any Error>
                     do {
                         result = .success(try await work())
@@ -31,7 +45,7 @@ package enum Deadline {
                         result = .failure(error)
                     }
                     guard let caller = race.take() else { return }
-                    timer.cancel()
+                    cancelTimer()
                     caller.resume(with: result)
                 }
                 race.worker.withLock { $0 = worker }
@@ -57,4 +71,12 @@ package enum Deadline {
             }
         }
     }
+}
+
+/// An executor that also keeps a deadline: `Deadline.race` runs its work here and has the
+/// deadline kept here too (an event loop: its own timer, no thread of Swift's global executor
+/// woken to set or cancel one).
+package protocol DeadlineExecutor: TaskExecutor {
+    /// Calls `fire` at `deadline`, unless the returned closure is called first.
+    func schedule(at deadline: ContinuousClock.Instant, _ fire: @escaping @Sendable () -> Void) -> @Sendable () -> Void
 }

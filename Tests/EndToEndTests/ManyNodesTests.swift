@@ -250,7 +250,11 @@ struct PostgresFailureTests {
         _ = try await postgres.psql("ALTER DATABASE \(name) SET synchronous_commit = on")
         let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
         let port = server.port
-        let writers = TimedWriters(count: 2) { writer, index in await HTTPProbe.change(port: port, cart: "w\(writer)", sku: "s\(index)") }
+        // A new cart every 500 changes: a fast server would otherwise fill a cart to its
+        // 1 000 lines within the test and answer 409 `too_many_items`.
+        let writers = TimedWriters(count: 2) { writer, index in
+            await HTTPProbe.change(port: port, cart: "w\(writer)-\(index / 500)", sku: "s\(index)")
+        }
         await eventually(timeout: .seconds(30), "changes going through") { writers.outcome.acknowledged.count >= 10 }
         return (postgres, server, writers)
     }

@@ -1,3 +1,6 @@
+import EventLoopExecutor
+import FanoutProtocol
+import FanoutTestSupport
 import Foundation
 import Hummingbird
 import NIOConcurrencyHelpers
@@ -31,6 +34,45 @@ struct EventLoopTaskExecutorTests {
             return onLoop
         }
         #expect(onLoop == [true, true, true])
+    }
+
+    struct Expired: Error {}
+
+    /// `Deadline.race` on a loop (the PostgreSQL engine's batches and statements): the work
+    /// runs there, and the loop's own timer answers at the deadline and cancels the work.
+    @Test func aRaceOnALoopRunsThereAndTheLoopKeepsItsDeadline() async throws {
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let executor = EventLoopTaskExecutor(loop)
+        let ranOnLoop = try await Deadline.race(until: .now + .seconds(30), on: executor, expired: { Expired() }) {
+            loop.inEventLoop
+        }
+        #expect(ranOnLoop)
+
+        let expiredOnLoop = NIOLockedValueBox<Bool?>(nil)
+        let cancelled = NIOLockedValueBox(false)
+        let waiting = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
+        let started = ContinuousClock.now
+        await #expect(throws: Expired.self) {
+            try await Deadline.race(
+                until: .now + .milliseconds(100), on: executor,
+                expired: {
+                    expiredOnLoop.withLockedValue { $0 = loop.inEventLoop }
+                    return Expired()
+                }
+            ) {
+                // Work that does not end by itself, as a query PostgreSQL never answers.
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { continuation in waiting.withLockedValue { $0 = continuation } }
+                } onCancel: {
+                    cancelled.withLockedValue { $0 = true }
+                }
+            }
+        }
+        #expect(started.duration(to: .now) >= .milliseconds(100), "not before the deadline")
+        #expect(expiredOnLoop.withLockedValue { $0 } == true, "the loop's timer answered")
+        #expect(cancelled.withLockedValue { $0 }, "the work is cancelled")
+        await eventually("the work waits") { waiting.withLockedValue { $0 != nil } }
+        waiting.withLockedValue { $0?.resume() }
     }
 
     /// An answer that notes whether it was written on the loop.

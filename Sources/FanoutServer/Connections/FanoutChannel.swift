@@ -1,3 +1,4 @@
+import EventLoopExecutor
 import Foundation
 import Hummingbird
 import HummingbirdCore
