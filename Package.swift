@@ -244,7 +244,8 @@ let package = Package(
         .testTarget(
             name: "CartStoreTests",
             dependencies: [
-                "CartStore", "CartStorePostgres", "FanoutTestSupport", "cartstore-crash-writer",
+                "CartStore", "CartStorePostgres", "EventLoopExecutor", "FanoutTestSupport", "cartstore-crash-writer",
+                serverOnly("PostgresNIO", "postgres-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
