@@ -7,7 +7,8 @@
 # Needs wrk and PostgreSQL's server programs (apt-get install wrk postgresql); starts its own
 # throwaway cluster on 127.0.0.1 (as the postgres user when run as root), removed at exit.
 # Environment: SCRATCH (build folder, default .build-release), SECONDS_EACH (10), CONNECTIONS
-# ("4 64 256", for one server), NODE_CONNECTIONS (64, spread over the servers of a multi-node run).
+# ("4 64 256", for one server), NODE_CONNECTIONS (64, spread over the servers of a multi-node run),
+# SERVER (a fanout-server to measure instead of building one: runs of two builds in turn are an A/B).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
@@ -18,8 +19,12 @@ NODE_CONNECTIONS=${NODE_CONNECTIONS:-64}
 source benchmarks/lib.sh   # free_port, postgres_cluster, start_server
 command -v wrk >/dev/null || { echo "writes.sh: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 
-swift build -c release --scratch-path "$SCRATCH" --product fanout-server >&2
-BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
+if [ -n "${SERVER:-}" ]; then
+    BIN=$(dirname "$SERVER")
+else
+    swift build -c release --scratch-path "$SCRATCH" --product fanout-server >&2
+    BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
+fi
 
 postgres_cluster writes
 pgport=$PGPORT
