@@ -63,8 +63,10 @@ extension CartStore {
         /// - Parameters:
         ///   - observer: held weakly.
         ///   - carts: the carts it wants: `.only([...])`, or `.all`.
-        ///   - queue: a serial queue to call it on, in order; `nil` calls it on the writer's
-        ///     thread for events, and on the thread that read the state for the state.
+        ///   - queue: a serial queue to call it on, in order; `nil` calls it on the thread that
+        ///     delivers events (SQLite's writer; on PostgreSQL an event loop of SwiftNIO's
+        ///     that serves connections too: such an observer must return at once), and on the
+        ///     thread that read the state for the state.
         public func add(_ observer: any CartObserver, carts: CartSelection, queue: DispatchQueue?) {
             guard !closed.withLockedValue({ $0 }) else { return }
             let feed = CartFeed(carts, limit: followerBufferLimit.withLockedValue { $0 })
