@@ -121,12 +121,30 @@ final class PostgresBackend: CartStoreBackend {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await client.run() }
                 // The follower on the loop its batches are committed from (`PostgresConnections`).
-                group.addTask(executorPreference: executor) { await follower.listen() }
+                group.addTask(executorPreference: executor) { await self.listen() }
                 group.addTask(executorPreference: executor) { await follower.poll(every: Self.pollInterval) }
                 group.addTask { for await _ in closed {} }
                 // The first to end (the store closed; the others end only when cancelled).
                 _ = await group.next()
                 group.cancelAll()
+            }
+        }
+    }
+
+    /// What presence hears on its channel through the store's LISTEN session, by node
+    /// (`PostgresPresence`): a payload, or `nil` once the session listens (again).
+    let presenceListeners = NIOLockedValueBox<[String: @Sendable (String?) -> Void]>([:])
+
+    /// LISTENs for the follower and for presence on one session (`PostgresConnections.listen`),
+    /// until cancelled.
+    private func listen() async {
+        let follower = self.follower
+        let presence = presenceListeners
+        await connections.listen(on: [PostgresFollower.channel, PresenceStatements.channel], logger: logger) { channel, payload in
+            if channel == PostgresFollower.channel {
+                await follower.heard(payload)
+            } else {
+                for listener in presence.withLockedValue({ Array($0.values) }) { listener(payload) }
             }
         }
     }

@@ -151,29 +151,42 @@ struct PostgresTimeout: Error, CustomStringConvertible {
 }
 
 extension PostgresConnections {
-    /// LISTENs on `channel` on a pooled connection until cancelled: calls `connected` once
-    /// listening (after each reconnection too: a notification may have been missed meanwhile),
-    /// then `heard` with each notification's payload, in order. A lost connection is logged and
-    /// made again after `reconnectDelay`. A notification is a doorbell: what it announces must
-    /// be readable otherwise too (a poll), as a notification sent while reconnecting is lost.
+    /// LISTENs on `channels`, all on one pooled connection, until cancelled: calls `heard`
+    /// with a channel and `nil` once it listens (after each reconnection too: a notification may
+    /// have been missed meanwhile), then with each notification's payload, in order per
+    /// channel. A lost connection is logged and made again after `reconnectDelay`. A
+    /// notification is a doorbell: what it announces must be readable otherwise too (a poll),
+    /// as a notification sent while reconnecting is lost.
+    ///
+    /// One session for every channel: PostgreSQL (15) wakes every session listening in the
+    /// database at each NOTIFY, whatever its channel, so a session per channel would be woken
+    /// by every batch.
     ///
     /// However it ends, the connection is closed rather than given back to the pool: it may still
     /// be LISTENing, or be the one the database just ended (the pool would lend it to a commit
     /// before it noticed, and that commit failed, or waited without end).
     func listen(
-        on channel: String, logger: Logger, reconnectDelay: Duration = .seconds(1),
-        connected: @escaping @Sendable () async -> Void,
-        heard: @escaping @Sendable (String) async -> Void
+        on channels: [String], logger: Logger, reconnectDelay: Duration = .seconds(1),
+        heard: @escaping @Sendable (_ channel: String, _ payload: String?) async -> Void
     ) async {
         while !Task.isCancelled {
             do {
                 try await client.withConnection { connection in
                     do {
-                        try await connection.listen(on: channel) { notifications in
-                            await connected()
-                            for try await notification in notifications {
-                                await heard(notification.payload)
+                        // The first channel's listening to end (the connection lost) ends all.
+                        try await withThrowingTaskGroup(of: Void.self) { group in
+                            for channel in channels {
+                                group.addTask {
+                                    try await connection.listen(on: channel) { notifications in
+                                        await heard(channel, nil)
+                                        for try await notification in notifications {
+                                            await heard(channel, notification.payload)
+                                        }
+                                    }
+                                }
                             }
+                            try await group.next()
+                            group.cancelAll()
                         }
                     } catch {
                         try? await connection.close()
@@ -183,7 +196,7 @@ extension PostgresConnections {
                 }
             } catch {
                 if Task.isCancelled { return }
-                logger.warning("LISTEN \(channel) lost (\(PostgresBackend.describe(error))); reconnecting")
+                logger.warning("LISTEN \(channels.joined(separator: ", ")) lost (\(PostgresBackend.describe(error))); reconnecting")
             }
             try? await Task.sleep(for: reconnectDelay)
         }

@@ -197,14 +197,10 @@ actor PostgresFollower {
         }
     }
 
-    /// LISTENs on `channel` and catches up at each notification, and after each (re)connection
-    /// (`PostgresConnections.listen`), until cancelled.
-    nonisolated func listen() async {
-        await connections.listen(on: Self.channel, logger: logger) {
-            await self.catchUpQuietly()
-        } heard: { payload in
-            await self.heard(payload)
-        }
+    /// What the store's LISTEN session hears on `channel` (`PostgresBackend.listen`): a
+    /// notification's payload, or `nil` once it listens (again): then it catches up.
+    func heard(_ payload: String?) async {
+        if let payload { await heard(payload) } else { await catchUpQuietly() }
     }
 
     /// Catches up every `interval` until cancelled: covers a notification that never came.

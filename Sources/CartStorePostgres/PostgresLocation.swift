@@ -40,20 +40,17 @@ struct PostgresLocation: Sendable, Equatable {
         // A new connection to a database that accepts but does not answer (frozen) is given up
         // like any other use of it (`PostgresConnections`); the pool then tries again.
         configuration.options.connectTimeout = deadline
-        // No timers per use: PostgresNIO's pool gives each connection it takes back a
-        // keep-alive timer, and one beyond `minimumConnections` an idle timer too, each a few
-        // tasks and a dispatch timer on Swift's global executor, cancelled when it is lent
-        // again: a batch's lease cost more thread switches than its statements. A session that
-        // died while idle is found when lent (`PostgresConnections.withConnection` passes over
-        // it), so keep-alives buy nothing here; and the connections a server uses all the time
-        // (batches, the follower's reads, LISTEN, presence) stay open.
+        // No keep-alives: PostgresNIO's pool gives each connection it takes back a keep-alive
+        // timer (a few tasks and a dispatch timer on Swift's global executor, cancelled when it
+        // is lent again: a batch's lease cost more thread switches than its statements). A
+        // session that died while idle is found when lent (`PostgresConnections.withConnection`
+        // passes over it), so keep-alives buy nothing here. (Its idle timer stays: keeping
+        // connections open with `minimumConnections` would avoid it, but PostgresNIO 1.33's
+        // pool traps, a precondition, when a connection is asked for while it holds fewer
+        // than that minimum, as after the database ended its sessions: seen in the tests.)
         configuration.options.keepAliveBehavior = nil
-        configuration.options.minimumConnections = Self.steadyConnections
         return configuration
     }
-
-    /// The connections a server keeps open whether or not it is busy.
-    static let steadyConnections = 4
 
     /// Every session's settings. Commits on every server wait for one row lock (`event_seq`):
     /// a writer waits for it `lock_timeout` at most, then its callers get 503

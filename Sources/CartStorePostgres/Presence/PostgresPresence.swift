@@ -198,17 +198,21 @@ public final class PostgresPresence: Service, Sendable {
 
     // MARK: Reading
 
-    /// LISTENs on `fanout_presence` until cancelled, ringing `readBell` when another node wrote,
-    /// and at each (re)connection (a notification may have been missed meanwhile).
+    /// Hears `fanout_presence` until cancelled, through the store's LISTEN session
+    /// (`PostgresBackend.listen`): rings `readBell` when another node wrote, and at each
+    /// (re)connection (a notification may have been missed meanwhile).
     private func listen() async {
         let node = self.node
         let bell = readBell.continuation
-        await backend.connections.listen(on: PresenceStatements.channel, logger: logger) {
-            bell.yield()
-        } heard: { payload in
-            // This node's own writes change nothing it reads.
-            if payload != node { bell.yield() }
+        let listeners = backend.presenceListeners
+        listeners.withLockedValue { listeners in
+            listeners[node] = { payload in
+                // This node's own writes change nothing it reads.
+                if payload != node { bell.yield() }
+            }
         }
+        while !Task.isCancelled { try? await Task.sleep(for: .seconds(3_600)) }
+        _ = listeners.withLockedValue { $0.removeValue(forKey: node) }
     }
 
     /// Reads the others' rows at each ring of `readBell`, and yields the view when it changed
