@@ -26,6 +26,28 @@ struct PostgresPresenceTests {
         }
     }
 
+    /// A node LISTENs for its events and for presence on one session: PostgreSQL wakes every
+    /// listening session at each NOTIFY, so a session of its own for presence was woken by
+    /// every batch of every server. Presence still hears through it.
+    @Test func aNodeListensForEventsAndPresenceOnOneSession() async throws {
+        try await withNodes(2) { nodes, url in
+            let (first, second) = (nodes[0], nodes[1])
+            await eventually("both nodes' first views") { first.view != nil && second.view != nil }
+            let server = try await SharedPostgres.shared.server()
+            let listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+            await eventually("each node listening") {
+                (try? await server.psql(listening, on: url))?.trimmingCharacters(in: .whitespacesAndNewlines) == "2"
+            }
+            // Both channels are listened on by then, and nothing else listens.
+            try await Task.sleep(for: .milliseconds(200))
+            let sessions = try await server.psql(listening, on: url).trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(sessions == "2", "one LISTEN session per node")
+            let record = PresenceRecord(cartID: "c", user: "u", member: "m", state: "{}", since: 1)
+            first.presence.set(record)
+            await eventually("the member on the other node") { second.view?.members[record.key] == record }
+        }
+    }
+
     @Test func aRemovedMemberLeavesTheOthersViewsWithItsReason() async throws {
         try await withNodes(2) { nodes, _ in
             let (first, second) = (nodes[0], nodes[1])
