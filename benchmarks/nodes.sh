@@ -6,7 +6,8 @@
 # Needs PostgreSQL's server programs (apt-get install postgresql); starts its own throwaway
 # cluster on 127.0.0.1 (as the postgres user when run as root) and removes it at exit.
 # Environment: SCRATCH (build folder, default .build-release), SUBSCRIBERS (1000), EVENTS (500),
-# RATE (writes per second in all; default: as fast as the writers' answers come).
+# RATE (writes per second in all; default: as fast as the writers' answers come), SERVER (a
+# fanout-server to measure instead of the one built here: runs of two builds in turn are an A/B).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
@@ -21,6 +22,8 @@ for product in fanout-server fanout-bench; do
     swift build -c release --scratch-path "$SCRATCH" --product "$product" >&2
 done
 BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
+BENCH=$BIN/fanout-bench
+[ -z "${SERVER:-}" ] || BIN=$(dirname "$SERVER")
 
 postgres_cluster nodes
 port=$PGPORT
@@ -41,7 +44,7 @@ run() {
     local args=() pidargs=()
     while [ "$1" != "--" ]; do args+=(--url "$1"); shift; done; shift
     for pid in "$@"; do pidargs+=(--server-pid "$pid"); done
-    "$BIN/fanout-bench" "${args[@]}" "${pidargs[@]}" --subscribers "$SUBSCRIBERS" --events "$EVENTS" --writers 4 ${RATE:+--rate "$RATE"} \
+    "$BENCH" "${args[@]}" "${pidargs[@]}" --subscribers "$SUBSCRIBERS" --events "$EVENTS" --writers 4 ${RATE:+--rate "$RATE"} \
         | python3 "$TMP/summary.py" "$label"
 }
 
