@@ -61,6 +61,7 @@ enum Schemathesis {
         let report = directory.appending(path: "schemathesis.txt")
         _ = FileManager.default.createFile(atPath: report.path, contents: nil)
         let output = try FileHandle(forWritingTo: report)
+        let seed = UInt32.random(in: .min ... .max)
         let process = Process()
         process.executableURL = schemathesis
         process.arguments =
@@ -68,6 +69,8 @@ enum Schemathesis {
                 "--config-file", configuration.path, "run", "\(base)/openapi.json", "--url", base,
                 "--max-examples", "\(maxExamples)", "--request-timeout", "10",
                 "--wait-for-schema", "10",
+                // A seed of its own each run, said on failure: a failing run can be run again.
+                "--seed", "\(seed)",
             ] + schemathesisArguments
         // Hypothesis keeps its example database in the working directory: a temporary one.
         process.currentDirectoryURL = directory
@@ -83,8 +86,9 @@ enum Schemathesis {
         if timedOut { _ = await exitStatus(of: process, within: .seconds(10)) }
         try output.close()
         let text = (try? String(contentsOf: report, encoding: .utf8)) ?? ""
-        #expect(!timedOut, "schemathesis ran past 4 minutes")
-        #expect(!process.isRunning && process.terminationStatus == 0, "schemathesis found problems:\n\(text.suffix(12_000))")
+        #expect(!timedOut, "schemathesis ran past 4 minutes (seed \(seed))")
+        #expect(
+            !process.isRunning && process.terminationStatus == 0, "schemathesis found problems (seed \(seed)):\n\(text.suffix(12_000))")
         #expect(server.process.isRunning, "the server died during the run")
         server.signal(SIGTERM)
         let status = await server.waitForExit()
