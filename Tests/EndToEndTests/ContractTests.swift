@@ -86,7 +86,7 @@ enum Schemathesis {
         if timedOut { _ = await exitStatus(of: process, within: .seconds(10)) }
         try output.close()
         let text = (try? String(contentsOf: report, encoding: .utf8)) ?? ""
-        #expect(!timedOut, "schemathesis ran past 4 minutes (seed \(seed))")
+        #expect(!timedOut, "schemathesis ran past 4 minutes (seed \(seed)); the server said:\n\(server.standardError.suffix(4_000))")
         #expect(
             !process.isRunning && process.terminationStatus == 0, "schemathesis found problems (seed \(seed)):\n\(text.suffix(12_000))")
         #expect(server.process.isRunning, "the server died during the run")
