@@ -86,12 +86,13 @@ public final class PostgresPresence: Service, Sendable {
     /// they would if it had died.
     public func run() async throws {
         defer { viewStream.continuation.finish() }
+        hearOthers()
+        defer { _ = backend.presenceListeners.withLockedValue { $0.removeValue(forKey: node) } }
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await self.tick() }
                 group.addTask { await self.writeChanges() }
                 group.addTask { await self.readOthers() }
-                group.addTask { await self.listen() }
                 // The first to end (the tick, when the store is closed; the others end only
                 // when cancelled).
                 _ = await group.next()
@@ -198,21 +199,18 @@ public final class PostgresPresence: Service, Sendable {
 
     // MARK: Reading
 
-    /// Hears `fanout_presence` until cancelled, through the store's LISTEN session
+    /// Hears `fanout_presence`, while `run` runs, through the store's LISTEN session
     /// (`PostgresBackend.listen`): rings `readBell` when another node wrote, and at each
     /// (re)connection (a notification may have been missed meanwhile).
-    private func listen() async {
+    private func hearOthers() {
         let node = self.node
         let bell = readBell.continuation
-        let listeners = backend.presenceListeners
-        listeners.withLockedValue { listeners in
+        backend.presenceListeners.withLockedValue { listeners in
             listeners[node] = { payload in
                 // This node's own writes change nothing it reads.
                 if payload != node { bell.yield() }
             }
         }
-        while !Task.isCancelled { try? await Task.sleep(for: .seconds(3_600)) }
-        _ = listeners.withLockedValue { $0.removeValue(forKey: node) }
     }
 
     /// Reads the others' rows at each ring of `readBell`, and yields the view when it changed
