@@ -15,13 +15,10 @@ NODES=${NODES:-3}
 PER_NODE=${PER_NODE:-15000}
 EVENTS=${EVENTS:-50}
 RATE=${RATE:-5}
-source benchmarks/lib.sh   # free_port, postgres_cluster, start_server
+source benchmarks/lib.sh   # release_build, free_port, postgres_cluster, start_server
 
 ulimit -n 20000 2>/dev/null || { echo "crowd.sh: cannot raise the open-files limit to 20 000" >&2; exit 1; }
-for product in fanout-server fanout-bench; do
-    swift build -c release --scratch-path "$SCRATCH" --product "$product" >&2
-done
-BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
+release_build fanout-server fanout-bench
 
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
@@ -41,7 +38,7 @@ echo "connecting $PER_NODE subscribers to each of $NODES servers ($((NODES * PER
 results=() listeners=()
 for node in $(seq 2 "$NODES"); do
     results+=("$TMP/listener$node.json")
-    ( "$BIN/fanout-bench" --url "${urls[node - 1]}" --subscribers "$PER_NODE" --events 0 --ready-file "$TMP/ready$node" \
+    ( "$BUILT/fanout-bench" --url "${urls[node - 1]}" --subscribers "$PER_NODE" --events 0 --ready-file "$TMP/ready$node" \
         --writes-file "$TMP/writes" --drain-timeout 120 >"$TMP/listener$node.tmp" 2>"$TMP/listener$node.err" \
         && mv "$TMP/listener$node.tmp" "$TMP/listener$node.json" ) &
     listeners+=($!) pids+=($!)
@@ -53,7 +50,7 @@ done
 awaits=() pidargs=()
 for result in "${results[@]}"; do awaits+=(--await-file "$result"); done
 for pid in "${servers[@]}"; do pidargs+=(--server-pid "$pid"); done
-"$BIN/fanout-bench" --url "${urls[0]}" --subscribers "$PER_NODE" --events "$EVENTS" --writers 1 --rate "$RATE" \
+"$BUILT/fanout-bench" --url "${urls[0]}" --subscribers "$PER_NODE" --events "$EVENTS" --writers 1 --rate "$RATE" \
     --writes-file "$TMP/writes" "${awaits[@]}" "${pidargs[@]}" --drain-timeout 120 >"$TMP/writer.json" 2>"$TMP/writer.err" \
     || { tail "$TMP/writer.err" >&2; echo "crowd.sh: the writing bench failed" >&2; exit 1; }
 wait "${listeners[@]}"

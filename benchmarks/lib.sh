@@ -1,4 +1,17 @@
-# Helpers shared by benchmarks/compare.sh and benchmarks/requests.sh (sourced, not run).
+# Helpers shared by the benchmark scripts (sourced, not run).
+
+# release_build PRODUCT…: builds the products (release, in $SCRATCH) and sets BUILT to their
+# folder and BIN to the fanout-server's: SERVER's folder when SERVER names a binary (any build,
+# for an A/B of two; fanout-server is then not built), else BUILT.
+release_build() {
+    local product
+    for product in "$@"; do
+        [ "$product" = fanout-server ] && [ -n "${SERVER:-}" ] && continue
+        swift build -c release --scratch-path "$SCRATCH" --product "$product" >&2
+    done
+    BUILT=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
+    if [ -n "${SERVER:-}" ]; then BIN=$(dirname "$SERVER"); else BIN=$BUILT; fi
+}
 
 # A free TCP port on 127.0.0.1.
 free_port() {

@@ -15,15 +15,10 @@ SCRATCH=${SCRATCH:-.build-release}
 SUBSCRIBERS=${SUBSCRIBERS:-1000}
 EVENTS=${EVENTS:-500}
 RATE=${RATE:-}
-source benchmarks/lib.sh   # free_port, postgres_cluster, start_server
+source benchmarks/lib.sh   # release_build, free_port, postgres_cluster, start_server
 
 ulimit -n 20000 2>/dev/null || true
-for product in fanout-server fanout-bench; do
-    swift build -c release --scratch-path "$SCRATCH" --product "$product" >&2
-done
-BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
-BENCH=$BIN/fanout-bench
-[ -z "${SERVER:-}" ] || BIN=$(dirname "$SERVER")
+release_build fanout-server fanout-bench
 
 postgres_cluster nodes
 port=$PGPORT
@@ -44,7 +39,7 @@ run() {
     local args=() pidargs=()
     while [ "$1" != "--" ]; do args+=(--url "$1"); shift; done; shift
     for pid in "$@"; do pidargs+=(--server-pid "$pid"); done
-    "$BENCH" "${args[@]}" "${pidargs[@]}" --subscribers "$SUBSCRIBERS" --events "$EVENTS" --writers 4 ${RATE:+--rate "$RATE"} \
+    "$BUILT/fanout-bench" "${args[@]}" "${pidargs[@]}" --subscribers "$SUBSCRIBERS" --events "$EVENTS" --writers 4 ${RATE:+--rate "$RATE"} \
         | python3 "$TMP/summary.py" "$label"
 }
 

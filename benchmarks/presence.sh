@@ -14,12 +14,9 @@ SCRATCH=${SCRATCH:-.build-release}
 SIZES=${SIZES:-100 1000}
 RUNS=${RUNS:-3}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
-source benchmarks/lib.sh   # free_port, start_server
+source benchmarks/lib.sh   # release_build, free_port, start_server
 
-for product in fanout-server fanout-bench; do
-    swift build -c release --scratch-path "$SCRATCH" --product "$product" >&2
-done
-BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
+release_build fanout-server fanout-bench
 
 TMP=$(mktemp -d -t fanout-presence.XXXXXX)
 pids=()
@@ -42,7 +39,7 @@ measure() {
     start_server "server-$n-$mode" "$TMP/db/fanout.sqlite" --max-subscribers $((n + 100))
     sleep 0.5
     echo "round $round: $n subscribers, $mode" >&2
-    timeout "$RUN_TIMEOUT" "$BIN/fanout-bench" --url "$URL" --subscribers "$n" --presence-cart room \
+    timeout "$RUN_TIMEOUT" "$BUILT/fanout-bench" --url "$URL" --subscribers "$n" --presence-cart room \
         --presence-timeout "$((RUN_TIMEOUT / 2))" --server-pid "$PID" "${flags[@]}" \
         >"$TMP/results/$n.$mode.$round.json" 2>"$TMP/bench.err" \
         || { tail "$TMP/bench.err" >&2; echo "presence.sh: the bench failed ($n, $mode)" >&2; exit 1; }

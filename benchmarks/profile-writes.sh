@@ -17,16 +17,11 @@ SCRATCH=${SCRATCH:-.build-release}
 SECONDS_EACH=${SECONDS_EACH:-10}
 CONNECTIONS=${CONNECTIONS:-64}
 TOP=${TOP:-15}
-source benchmarks/lib.sh   # free_port, postgres_cluster, start_server
+source benchmarks/lib.sh   # release_build, free_port, postgres_cluster, start_server
 for tool in wrk perf objcopy; do
     command -v "$tool" >/dev/null || { echo "profile-writes.sh: $tool is not installed" >&2; exit 1; }
 done
-if [ -n "${SERVER:-}" ]; then
-    BIN=$(dirname "$SERVER")
-else
-    swift build -c release --scratch-path "$SCRATCH" --product fanout-server >&2
-    BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
-fi
+release_build fanout-server
 
 postgres_cluster profile
 "$PGBIN/psql" -q -h 127.0.0.1 -p "$PGPORT" -U fanout -d postgres -c "CREATE DATABASE profile"

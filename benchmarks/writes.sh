@@ -16,15 +16,10 @@ SCRATCH=${SCRATCH:-.build-release}
 SECONDS_EACH=${SECONDS_EACH:-10}
 CONNECTIONS=${CONNECTIONS:-4 64 256}
 NODE_CONNECTIONS=${NODE_CONNECTIONS:-64}
-source benchmarks/lib.sh   # free_port, postgres_cluster, start_server
+source benchmarks/lib.sh   # release_build, free_port, postgres_cluster, start_server
 command -v wrk >/dev/null || { echo "writes.sh: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 
-if [ -n "${SERVER:-}" ]; then
-    BIN=$(dirname "$SERVER")
-else
-    swift build -c release --scratch-path "$SCRATCH" --product fanout-server >&2
-    BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
-fi
+release_build fanout-server
 
 postgres_cluster writes
 pgport=$PGPORT
