@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Acknowledged writes/s from outside, SQLite next to PostgreSQL on one, two and three servers
-# sharing a database: wrk POSTs one item to a random cart of 1 000 over keep-alive connections
+# sharing a database (the several servers with SwiftNIO's default event loops, then with one each): wrk POSTs one item to a random cart of 1 000 over keep-alive connections
 # (benchmarks/writes.lua); the servers' CPU from /proc; the log's last seq checked against the
 # writes acknowledged. Usage: bash benchmarks/writes.sh   (see benchmarks/README.md)
 #
@@ -106,19 +106,26 @@ for c in $CONNECTIONS; do
 done
 kill "$PID"; wait "$PID" 2>/dev/null || true
 
-for nodes in 1 2 3; do
-    psql_ -d postgres -c "CREATE DATABASE nodes$nodes"
+# Several servers twice: each with SwiftNIO's default of an event loop per core, then with
+# `--threads 1` (two or three servers, PostgreSQL and wrk share these two cores).
+setup_index=0
+for setup in "1" "2" "3" "2 --threads 1" "3 --threads 1"; do
+    read -r nodes flags <<<"$setup"
+    setup_index=$((setup_index + 1))
+    database=nodes$setup_index
+    psql_ -d postgres -c "CREATE DATABASE $database"
     urls=() servers=()
     for n in $(seq "$nodes"); do
-        start_server "pg$nodes-$n" "postgres://fanout@127.0.0.1:$pgport/nodes$nodes"
+        # shellcheck disable=SC2086  # the flags are words
+        start_server "pg$setup_index-$n" "postgres://fanout@127.0.0.1:$pgport/$database" $flags
         urls+=("$URL"); servers+=("$PID")
     done
-    lastseq="$PGBIN/psql -qtA -h 127.0.0.1 -p $pgport -U fanout -d nodes$nodes -c 'SELECT latest FROM event_seq'"
-    DATABASE=nodes$nodes
+    lastseq="$PGBIN/psql -qtA -h 127.0.0.1 -p $pgport -U fanout -d $database -c 'SELECT latest FROM event_seq'"
+    DATABASE=$database
     if [ "$nodes" = 1 ]; then
         for c in $CONNECTIONS; do run "PostgreSQL, 1 server" "$lastseq" "$c" "${urls[@]}" -- "${servers[@]}"; done
     else
-        run "PostgreSQL, $nodes servers" "$lastseq" "$NODE_CONNECTIONS" "${urls[@]}" -- "${servers[@]}"
+        run "PostgreSQL, $nodes servers${flags:+, $flags}" "$lastseq" "$NODE_CONNECTIONS" "${urls[@]}" -- "${servers[@]}"
     fi
     for pid in "${servers[@]}"; do kill "$pid"; wait "$pid" 2>/dev/null || true; done
 done

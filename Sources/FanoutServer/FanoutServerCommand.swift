@@ -3,6 +3,7 @@ import CartStore
 import CartStorePostgres
 import Foundation
 import Logging
+import NIOCore
 
 /// `fanout-server`: parses the command line, opens the store, runs the server.
 @main
@@ -95,6 +96,12 @@ struct FanoutServerCommand: AsyncParsableCommand {
         help: ArgumentHelp("Most members of one cart's presence; a subscription past it is refused presence_full.", valueName: "members"))
     var presenceMaxMembers: Int = 1_000
 
+    @Option(
+        help: ArgumentHelp(
+            "Event-loop threads (default: one per core): they serve every connection, the fan-out and the PostgreSQL engine. On a machine shared with other servers or the database, give each server its share of the cores.",
+            valueName: "count"))
+    var threads: Int?
+
     @Option(help: "trace, debug, info, notice, warning, error or critical (or set LOG_LEVEL).")
     var logLevel: String?
 
@@ -109,6 +116,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         guard idempotencyKeysTtl.isFinite, idempotencyKeysTtl > 0 else { throw ValidationError("--idempotency-keys-ttl must be > 0") }
         guard idempotencyKeysMax >= 1 else { throw ValidationError("--idempotency-keys-max must be ≥ 1") }
         guard presenceMaxMembers >= 1 else { throw ValidationError("--presence-max-members must be ≥ 1") }
+        if let threads, !(1...Self.maxThreads).contains(threads) { throw ValidationError("--threads must be 1…\(Self.maxThreads)") }
         if let secret = signing.secret(environment: ProcessInfo.processInfo.environment), let weakness = TokenKeys.weakness(of: secret) {
             FileHandle.standardError.write(Data("warning: \(weakness)\n".utf8))
         }
@@ -117,7 +125,13 @@ struct FanoutServerCommand: AsyncParsableCommand {
         }
     }
 
+    /// The most event-loop threads SwiftNIO's shared group takes.
+    static let maxThreads = 1_024
+
     func run() async throws {
+        // Before anything uses the shared event-loop group, which is made once, with this many
+        // loops (SwiftNIO also reads NIO_SINGLETON_GROUP_LOOP_COUNT when the flag is absent).
+        if let threads { NIOSingletons.groupLoopCountSuggestion = threads }
         let environment = ProcessInfo.processInfo.environment
         var configuration = ServerConfiguration()
         configuration.host = host

@@ -92,7 +92,9 @@ struct ServerProcessTests {
         first.signal(SIGKILL)
         _ = await first.waitForExit()
 
-        let second = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        // The second on one event loop (`--threads 1`): everything it does runs there.
+        let second = try ServerProcess(arguments: ["--port", "0", "--db", database, "--threads", "1"])
+        #expect(try Self.eventLoopThreads(of: second.process.processIdentifier) == 1)
         let resumed = TestSubscriber(port: second.port)
         try await resumed.subscribe(since: 3)
         await eventually("the backlog") { resumed.events.count == 2 }
@@ -102,6 +104,13 @@ struct ServerProcessTests {
         await resumed.close()
         second.signal(SIGTERM)
         #expect(await second.waitForExit() == 0)
+    }
+
+    /// A process's threads of SwiftNIO's shared event-loop group (named `NIO-SGLTN-…`).
+    static func eventLoopThreads(of pid: Int32) throws -> Int {
+        try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task").count { task in
+            (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8))?.hasPrefix("NIO-SGLTN-") == true
+        }
     }
 
     /// Bytes of `field` (`VmRSS`, `VmHWM`: its peak) in a process's /proc status.
@@ -204,7 +213,7 @@ struct ServerProcessTests {
     @Test func badCommandLinesExitNonZeroWithAMessage() async throws {
         for arguments in [
             ["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"],
-            ["--port", "0", "--db", "/nonexistent-directory/db.sqlite"],
+            ["--port", "0", "--db", "/nonexistent-directory/db.sqlite"], ["--threads", "0"], ["--threads", "5000"],
         ] {
             let outcome = try await runToExit("fanout-server", arguments)
             #expect(!outcome.timedOut, "\(arguments): the server should have refused to start")
