@@ -91,7 +91,9 @@ extension PostgresBackend {
             for mutation in batch { mutation.caller.resume(throwing: answer) }
             return
         }
-        // Committed: delivered here before the callers hear back, unless the database went
+        // Committed: the next batches plan on its carts as it left them.
+        cartCache.keep(committed.batch.cartsAfter)
+        // Delivered here before the callers hear back, unless the database went
         // away just now or does not answer by the deadline (then the follower delivers it once
         // it is back; the commit stands).
         let follower = self.follower
@@ -125,9 +127,10 @@ extension PostgresBackend {
     ) async throws -> (outcomes: [Result<CartCommit, any Error>], batch: PostgresBatch) {
         let logger = self.logger
         let follower = self.follower
+        let cache = cartCache
         return try await connections.withConnection(until: deadline) { connection in
             try await connection.withTransaction(logger: logger) { connection in
-                var (batch, mutations) = try await PostgresBatch.load(connection, logger, taking: take)
+                var (batch, mutations) = try await PostgresBatch.load(connection, logger, cache: cache, taking: take)
                 let committedAt = Date().millisecondsSince1970
                 let outcomes = mutations.map { batch.plan($0, committedAt: committedAt) }
                 try await batch.write(connection, logger)

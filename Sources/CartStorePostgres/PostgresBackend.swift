@@ -25,6 +25,8 @@ final class PostgresBackend: CartStoreBackend {
     let client: PostgresClient
     let connections: PostgresConnections
     let follower: PostgresFollower
+    /// The carts the batches planned on, kept current by the follower (`CartCache`).
+    let cartCache = CartCache()
     let commits: GroupCommit<CartMutation>
     let logger: Logger
     /// The database's identity, read when the store opened it.
@@ -49,7 +51,7 @@ final class PostgresBackend: CartStoreBackend {
         self.connections = connections
         self.logger = logger
         self.commits = GroupCommit(limit: commitLimit)
-        self.follower = PostgresFollower(connections: connections, deliveredThrough: latestSeq, logger: logger)
+        self.follower = PostgresFollower(connections: connections, deliveredThrough: latestSeq, cache: cartCache, logger: logger)
     }
 
     /// Connects, migrates, and reads where the log stands, on one connection of its own (the

@@ -22,12 +22,15 @@ actor PostgresFollower {
     private let logger: Logger
     /// Where delivered events go: the store's observers (`PostgresBackend.start`).
     private nonisolated let sink = NIOLockedValueBox<EventSink?>(nil)
+    /// The carts the batches plan on: every event delivered moves its cart there on.
+    private let cache: CartCache
     /// The newest seq delivered to this store's observers.
     private(set) var delivered: Int64
 
-    init(connections: PostgresConnections, deliveredThrough seq: Int64, logger: Logger) {
+    init(connections: PostgresConnections, deliveredThrough seq: Int64, cache: CartCache = CartCache(), logger: Logger) {
         self.connections = connections
         self.delivered = seq
+        self.cache = cache
         self.logger = logger
     }
 
@@ -78,6 +81,7 @@ actor PostgresFollower {
         while true {
             let page = try await connections.execute(ReadLog(after: delivered), logger: logger)
             for event in page {
+                cache.apply(event)
                 sink?.deliver(event)
                 delivered = event.seq
             }
@@ -124,6 +128,7 @@ actor PostgresFollower {
         guard previous == delivered, !catchingUp, let last = events.last?.seq else { return false }
         let sink = self.sink.withLockedValue { $0 }
         for event in events {
+            cache.apply(event)
             sink?.deliver(event)
         }
         delivered = last

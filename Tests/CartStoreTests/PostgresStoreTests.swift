@@ -121,6 +121,39 @@ struct PostgresStoreTests {
         #expect(observer.received.last?.cartID == "quiet")
     }
 
+    /// A cart changed where this server did not hear of it (written straight into the tables,
+    /// no notification): its next change is planned on the cart as stored, not as this server
+    /// last left it, and the same store's next change on the cart as that one left it.
+    @Test func aChangeIsPlannedOnTheStoredCartNotOnTheOneThisServerLastWrote() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await PostgresCartStore.running(url: url)
+        defer { try? store.close() }
+        try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
+        try await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 1)
+        let server = try await SharedPostgres.shared.server()
+        _ = try await server.psql(
+            "BEGIN",
+            "UPDATE event_seq SET latest = latest + 1",
+            "UPDATE carts SET version = 3 WHERE id = 'c'",
+            "DELETE FROM cart_items WHERE cart_id = 'c' AND sku = 'a'",
+            """
+            INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at)
+            SELECT latest, 'c', 'itemRemoved', '{"kind":"itemRemoved","sku":"a"}', 3, 0 FROM event_seq
+            """,
+            "COMMIT",
+            on: url)
+        let answered = try await store.addItem(cartID: "c", sku: "d", quantity: 1, unitPriceCents: 1)
+        #expect(answered.cart.version == 4)
+        #expect(answered.cart.items.map(\.sku) == ["b", "d"])
+        let next = try await store.setQuantity(cartID: "c", sku: "b", quantity: 5)
+        #expect(next.cart.version == 5)
+        #expect(next.cart.items.map(\.quantity) == [5, 1])
+        #expect(try await store.cart("c") == next.cart)
+        let log = try await wholeLog(store)
+        #expect(log.filter { $0.cartID == "c" }.map(\.version) == [1, 2, 3, 4, 5])
+        #expect(fold(log) == (try await store.carts()))
+    }
+
     /// The LISTEN connection killed by the server: the store listens again, and what was
     /// committed meanwhile arrives, in order, once.
     @Test func aKilledListenConnectionLosesNothing() async throws {
