@@ -107,16 +107,7 @@ struct PostgresStoreTests {
         let observer = RecordingObserver()
         store.observers.add(observer)
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
-        let server = try await SharedPostgres.shared.server()
-        _ = try await server.psql(
-            "BEGIN",
-            "UPDATE event_seq SET latest = latest + 1",
-            """
-            INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at)
-            SELECT latest, 'quiet', 'cartCleared', '{"kind":"cartCleared"}', 1, 0 FROM event_seq
-            """,
-            "COMMIT",
-            on: url)
+        try await Self.commitUnheard(on: url, cart: "quiet", version: 1, kind: "cartCleared", change: #"{"kind":"cartCleared"}"#)
         await eventually("the silent commit to be delivered") { observer.seqs == [1, 2] }
         #expect(observer.received.last?.cartID == "quiet")
     }
@@ -130,18 +121,9 @@ struct PostgresStoreTests {
         defer { try? store.close() }
         try await store.addItem(cartID: "c", sku: "a", quantity: 1, unitPriceCents: 1)
         try await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 1)
-        let server = try await SharedPostgres.shared.server()
-        _ = try await server.psql(
-            "BEGIN",
-            "UPDATE event_seq SET latest = latest + 1",
-            "UPDATE carts SET version = 3 WHERE id = 'c'",
-            "DELETE FROM cart_items WHERE cart_id = 'c' AND sku = 'a'",
-            """
-            INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at)
-            SELECT latest, 'c', 'itemRemoved', '{"kind":"itemRemoved","sku":"a"}', 3, 0 FROM event_seq
-            """,
-            "COMMIT",
-            on: url)
+        try await Self.commitUnheard(
+            on: url, cart: "c", version: 3, kind: "itemRemoved", change: #"{"kind":"itemRemoved","sku":"a"}"#,
+            tables: ["UPDATE carts SET version = 3 WHERE id = 'c'", "DELETE FROM cart_items WHERE cart_id = 'c' AND sku = 'a'"])
         let answered = try await store.addItem(cartID: "c", sku: "d", quantity: 1, unitPriceCents: 1)
         #expect(answered.cart.version == 4)
         #expect(answered.cart.items.map(\.sku) == ["b", "d"])
@@ -152,6 +134,20 @@ struct PostgresStoreTests {
         let log = try await wholeLog(store)
         #expect(log.filter { $0.cartID == "c" }.map(\.version) == [1, 2, 3, 4, 5])
         #expect(fold(log) == (try await store.carts()))
+    }
+
+    /// Commits an event of `cart` at `version` as no server would: straight into the log (and
+    /// `tables`, the carts' side of it, if any), without a notification.
+    static func commitUnheard(
+        on url: String, cart: String, version: Int64, kind: String, change: String, tables: [String] = []
+    ) async throws {
+        let server = try await SharedPostgres.shared.server()
+        let event = """
+            INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at)
+            SELECT latest, '\(cart)', '\(kind)', '\(change)', \(version), 0 FROM event_seq
+            """
+        let statements = ["BEGIN", "UPDATE event_seq SET latest = latest + 1"] + tables + [event, "COMMIT"]
+        _ = try await server.psql(statements, on: url)
     }
 
     /// The LISTEN connection killed by the server: the store listens again, and what was

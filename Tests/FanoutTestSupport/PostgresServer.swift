@@ -121,6 +121,11 @@ public final class PostgresServer: Sendable {
     /// transaction, as `CREATE DATABASE` must be), stopping at the first error. Returns what
     /// they printed: rows without a header, columns separated by `|`.
     public func psql(_ statements: String..., on database: String? = nil) async throws -> String {
+        try await psql(statements, on: database)
+    }
+
+    /// `psql(_:on:)` with the statements as an array.
+    public func psql(_ statements: [String], on database: String? = nil) async throws -> String {
         guard let psql = Self.binDirectory?.appending(path: "psql"), FileManager.default.isExecutableFile(atPath: psql.path) else {
             throw PostgresServerError(description: "psql is not installed: apt-get install postgresql-client")
         }
