@@ -66,7 +66,13 @@ final class SubscribeProcess: Sendable {
 
     /// Waits (30 s at most) for it to exit; false if it did not (it is then killed).
     func waitForExit(timeout: Duration = .seconds(30)) async -> Bool {
-        await exitStatus(of: process, within: timeout) != nil
+        await exitCode(timeout: timeout) != nil
+    }
+
+    /// Its exit status once it has exited (`exitStatus(of:within:)`); nil if it did not within
+    /// `timeout` (it is then killed).
+    func exitCode(timeout: Duration = .seconds(30)) async -> Int32? {
+        await exitStatus(of: process, within: timeout)
     }
 
     deinit {

@@ -44,7 +44,8 @@ struct DatabaseIdentityEndToEndTests {
             ("GET /events", try await get("/events?since=0", port: port)["databaseId"] as? String),
         ]
         server.signal(SIGTERM)
-        #expect(await server.waitForExit() == 0)
+        let status = await server.waitForExit()
+        #expect(status == 0, "exit status \(status) (-1: still running after 30 s); it logged: \(server.standardError.suffix(2_000))")
         let identity = try #require(said[0].1, "the WebSocket welcome says no databaseId")
         for (place, id) in said {
             #expect(id == identity, "\(place) says \(id ?? "nothing")")

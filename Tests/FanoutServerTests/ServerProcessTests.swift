@@ -47,7 +47,8 @@ struct ServerProcessTests {
         server.signal(signal)
         let close = try await subscriber.closeFrame()
         #expect(close?.closeCode == .goingAway)
-        #expect(await server.waitForExit() == 0)
+        let status = await server.waitForExit()
+        #expect(status == 0, "exit status \(status) (-1: still running after 30 s); it logged: \(server.standardError.suffix(2_000))")
         // Each writer ends at its first refused request. Never cancelled: cancelling a task
         // inside FoundationNetworking's `URLSession.data(for:)` can deadlock the task's status
         // lock against the session's queue finishing the request, and with it the threads of

@@ -120,17 +120,34 @@ public final class ServerProcess {
 /// Foundation reaps the child on its own thread and only then, on another, says it is no longer
 /// running: in between the pid is already gone (`kill(pid, 0)` fails with ESRCH) while
 /// `isRunning` is still true, for longer on a loaded machine. That window is a normal exit, not
-/// a lost one: its status is waited for like any other.
+/// a lost one: its status is waited for like any other. And on Linux Foundation sometimes misses
+/// an exit altogether (`isRunning` stays true over a zombie: `waitUntilExit` once spun for good
+/// on one, and full runs saw servers that had exited "still running" after 30 s): so the child's
+/// status is also read here, without reaping it (`exitedChildStatus`), and that is the answer.
+/// The status is Foundation's `terminationStatus`: the exit code, or the signal that ended it.
 public func exitStatus(of process: Process, within timeout: Duration = .seconds(30)) async -> Int32? {
     let deadline = ContinuousClock.now + timeout
+    let pid = process.processIdentifier
     while process.isRunning {
+        if let status = exitedChildStatus(pid) { return status }
         if ContinuousClock.now >= deadline || Task.isCancelled {
-            if kill(process.processIdentifier, 0) == 0 { kill(process.processIdentifier, SIGKILL) }
+            if kill(pid, 0) == 0 { kill(pid, SIGKILL) }
             return nil
         }
         try? await Task.sleep(for: .milliseconds(10))
     }
     return process.terminationStatus
+}
+
+/// The status of child `pid` once it has exited and before anyone reaped it (a zombie), read
+/// with `WNOWAIT` so that Foundation can still reap it: the exit code, or the signal that
+/// ended it; nil while it runs, and once it has been reaped.
+public func exitedChildStatus(_ pid: Int32) -> Int32? {
+    var info = siginfo_t()
+    guard waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0, info._sifields._sigchld.si_pid == pid else {
+        return nil
+    }
+    return info._sifields._sigchld.si_status
 }
 
 /// How a product executable run to completion ended.
@@ -161,10 +178,12 @@ public func runToExit(executable: URL, _ arguments: [String], timeout: Duration 
     process.standardError = standardError.pipe
     try process.run()
     let status = await exitStatus(of: process, within: timeout)
-    // Killed at the deadline: its pipes close once it has gone.
-    while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+    // Cancelled (and killed): the caller's task is over, and so is the outcome.
+    if status == nil { try Task.checkCancellation() }
+    // Killed at the deadline: its status (the signal) once it has gone; its pipes close then.
+    let killed = status == nil ? await exitStatus(of: process, within: .seconds(10)) : nil
     return ProcessOutcome(
-        status: process.terminationStatus, standardOutput: await standardOutput.finish(),
+        status: status ?? killed ?? -1, standardOutput: await standardOutput.finish(),
         standardError: await standardError.finish(), timedOut: status == nil)
 }
 
