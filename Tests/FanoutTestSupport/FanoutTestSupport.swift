@@ -142,7 +142,7 @@ public func exitStatus(of process: Process, within timeout: Duration = .seconds(
 /// The status of child `pid` once it has exited and before anyone reaped it (a zombie), read
 /// with `WNOWAIT` so that Foundation can still reap it: the exit code, or the signal that
 /// ended it; nil while it runs, and once it has been reaped.
-public func exitedChildStatus(_ pid: Int32) -> Int32? {
+func exitedChildStatus(_ pid: Int32) -> Int32? {
     var info = siginfo_t()
     guard waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0, info._sifields._sigchld.si_pid == pid else {
         return nil
