@@ -102,15 +102,16 @@ public struct FanoutSubscription: Sendable {
         reconsider: AsyncStream<Void>,
         handle: @escaping @Sendable (Update) async throws -> Void
     ) async throws {
-        try await run(plan: plan, reconsider: reconsider, presenceStates: nil, handle: handle)
+        try await run(plan: plan, wakeUps: WakeUps(reconsider), presenceStates: nil, handle: handle)
     }
 
-    /// `run`, with the presence state changing while a connection is open: each change is sent
-    /// on a WebSocket, and an event stream is replaced by one with the new state (see
+    /// `run`, woken by `wakeUps` (a `RemoteCartStore` wakes it when its `SubscriptionDemand`
+    /// says so), with the presence state changing while a connection is open: each change is
+    /// sent on a WebSocket, and an event stream is replaced by one with the new state (see
     /// `PresenceStates`).
     func run(
         plan: @Sendable () async throws -> Plan?,
-        reconsider: AsyncStream<Void>,
+        wakeUps: WakeUps,
         presenceStates: PresenceStates?,
         handle: @escaping @Sendable (Update) async throws -> Void
     ) async throws {
@@ -129,7 +130,6 @@ public struct FanoutSubscription: Sendable {
                 throw HandlerFailure(error: error)
             }
         }
-        let wakeUps = WakeUps(reconsider)
         var failures = 0
         /// A token already fetched after a refusal, for the next attempt: the provider is asked
         /// once per attempt.
@@ -444,11 +444,14 @@ final class Counter: Sendable {
     var value: Int { count.load(ordering: .relaxed) }
 }
 
-/// The subscription's `reconsider` stream, seen from its loop: wait for the next element, or run
-/// something that the next element interrupts (cancels).
+/// What wakes a subscription's loop, seen from the loop: wait for the next wake-up, or run
+/// something that the next wake-up interrupts (cancels). `wake()` is called synchronously by
+/// whoever decides (the store's `SubscriptionDemand`), or by a listener of a `reconsider`
+/// stream; a wake-up that finds nothing waiting or running is kept (one at most) for the next
+/// wait or run.
 final class WakeUps: Sendable {
     private struct State {
-        /// An element came while nothing waited or ran: the next wait returns at once.
+        /// A wake-up came while nothing waited or ran: the next wait returns at once.
         var pending = false
         var waiter: CheckedContinuation<Void, Never>?
         var running: Task<Void, any Error>?
@@ -459,9 +462,14 @@ final class WakeUps: Sendable {
     private let state = NIOLockedValueBox(State())
     private let listener: NIOLockedValueBox<Task<Void, Never>?> = NIOLockedValueBox(nil)
 
-    init(_ stream: AsyncStream<Void>) {
-        let task = Task { [state] in
-            for await _ in stream { Self.fire(state) }
+    /// Woken by `wake()` only.
+    init() {}
+
+    /// Woken by each element of `stream` too.
+    convenience init(_ stream: AsyncStream<Void>) {
+        self.init()
+        let task = Task { [weak self] in
+            for await _ in stream { self?.wake() }
         }
         listener.withLockedValue { $0 = task }
     }
@@ -470,7 +478,8 @@ final class WakeUps: Sendable {
         listener.withLockedValue { $0?.cancel() }
     }
 
-    private static func fire(_ state: NIOLockedValueBox<State>) {
+    /// Ends a wait, or interrupts what runs, or (neither) is kept for the next one.
+    func wake() {
         state.withLockedValue { state in
             if let waiter = state.waiter {
                 state.waiter = nil
@@ -484,10 +493,10 @@ final class WakeUps: Sendable {
         }
     }
 
-    /// Whether the last `interrupting` call was cut short by an element.
+    /// Whether the last `interrupting` call was cut short by a wake-up.
     var wokeUp: Bool { state.withLockedValue { $0.interrupted } }
 
-    /// Returns at the next element (or one that came meanwhile), or when the task is cancelled.
+    /// Returns at the next wake-up (or one kept), or when the task is cancelled.
     func next() async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
@@ -508,7 +517,7 @@ final class WakeUps: Sendable {
         }
     }
 
-    /// Runs `body`; an element arriving meanwhile (or one pending) cancels it and sets `wokeUp`.
+    /// Runs `body`; a wake-up meanwhile (or one kept) cancels it and sets `wokeUp`.
     func interrupting(_ body: @escaping @Sendable () async throws -> Void) async throws {
         let task = Task { try await body() }
         state.withLockedValue { state in

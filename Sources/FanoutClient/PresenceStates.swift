@@ -8,19 +8,11 @@ import NIOConcurrencyHelpers
 /// the new state (`EventStreamHandover`).
 final class PresenceStates: Sendable {
     private let current: NIOLockedValueBox<PresenceState>
-    private let doorbell: AsyncStream<Void>.Continuation
     /// Wakes whoever sends the changes (one at a time: the connection open now).
-    let changes: WakeUps
+    let changes = WakeUps()
 
     init(_ state: PresenceState) {
         current = NIOLockedValueBox(state)
-        let (rings, doorbell) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        self.doorbell = doorbell
-        changes = WakeUps(rings)
-    }
-
-    deinit {
-        doorbell.finish()
     }
 
     /// The state to show now.
@@ -28,7 +20,7 @@ final class PresenceStates: Sendable {
         get { current.withLockedValue { $0 } }
         set {
             current.withLockedValue { $0 = newValue }
-            doorbell.yield()
+            changes.wake()
         }
     }
 

@@ -41,7 +41,6 @@ public final class RemoteCartStore: CartSource {
     package let replica = Replica()
     private let subscription: FanoutSubscription
     private let presenceStates: PresenceStates?
-    private let reconsider: AsyncStream<Void>.Continuation
     /// Wakes the task that sends pending writes (at most one wake-up waits).
     private let sendPending: AsyncStream<Void>.Continuation
     private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
@@ -75,12 +74,9 @@ public final class RemoteCartStore: CartSource {
         self.server = CartServerAPI(baseURL: server, credentials: credentials)
         subscription = FanoutSubscription(server: server, transport: transport, credentials: credentials)
         self.releaseCheckInterval = releaseCheckInterval
-        // At most one change waits: the loop reads every observer's interest when it wakes.
-        let (changes, reconsider) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        self.reconsider = reconsider
         let (wakeUps, sendPending) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         self.sendPending = sendPending
-        let observers = Observers(replica: replica, interestChanged: { reconsider.yield() })
+        let observers = Observers(replica: replica)
         self.observers = observers
         replica.store.withLockedValue { $0 = WeakStore(store: self) }
         let restoredPending = cacheFile.map { self.replica.restore(from: $0, server: server) } ?? false
@@ -99,7 +95,7 @@ public final class RemoteCartStore: CartSource {
                     }
                     return plan
                 },
-                reconsider: changes, presenceStates: presenceStates,
+                wakeUps: replica.wakeUps, presenceStates: presenceStates,
                 handle: { update in try replica.take(update, observers: observers) })
         }
         let send = Task<Void, Never> {
@@ -110,7 +106,7 @@ public final class RemoteCartStore: CartSource {
         let sweep = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: releaseCheckInterval)
-                if replica.needsReplanning(observers) { _ = reconsider.yield() }
+                replica.reconsider(observers)
             }
         }
         tasks.withLockedValue { $0 = [run, sweep, send] }
@@ -121,7 +117,6 @@ public final class RemoteCartStore: CartSource {
     /// callbacks).
     deinit {
         for task in tasks.withLockedValue({ $0 }) { task.cancel() }
-        reconsider.finish()
         sendPending.finish()
     }
 
@@ -133,7 +128,6 @@ public final class RemoteCartStore: CartSource {
         replica.close(observers: observers)
         let tasks = self.tasks.withLockedValue { $0 }
         for task in tasks { task.cancel() }
-        reconsider.finish()
         sendPending.finish()
         for task in tasks { await task.value }
     }
@@ -169,6 +163,33 @@ public final class RemoteCartStore: CartSource {
     /// Whether the carts held are those of the cache file, the server not reached since.
     public var isFromCache: Bool {
         replica.read(\.fromCache)
+    }
+}
+
+extension RemoteCartStore: CustomDebugStringConvertible {
+    /// What the store is doing now, in one line: its connection, what its subscription follows
+    /// against what its observers want, the carts held and their seq, pending writes, the cache
+    /// file. For logs and failure messages; its form may change.
+    public var debugDescription: String {
+        let wanted = observers.wanted
+        return replica.read { state in
+            let loop: String =
+                switch replica.loopState {
+                case .starting: "starting"
+                case .planning(let selection): "planning for \(selection.map(Self.describe) ?? "nothing")"
+                case .idle: "idle"
+                case .following(let selection): "following \(Self.describe(selection))"
+                }
+            return "RemoteCartStore(\(server.baseURL.absoluteString), connection \(state.connection), loop \(loop), "
+                + "observers want \(wanted.map(Self.describe) ?? "nothing"), "
+                + "held \(state.covered.map(Self.describe) ?? "nothing")\(state.loaded ? " at seq \(state.seq)" : " (not loaded)")"
+                + "\(state.fromCache ? " from the cache file" : ""), \(state.pending.entries.count) pending writes, "
+                + "refused \(state.refused.keys.sorted()), cache \(cacheState)\(state.closed ? ", closed" : ""))"
+        }
+    }
+
+    private static func describe(_ selection: CartSelection) -> String {
+        selection.subscription.map { "carts \($0)" } ?? "all carts"
     }
 }
 
@@ -376,11 +397,9 @@ extension RemoteCartStore {
     public final class Observers: CartObserverSet {
         let registry = WeakObserverSet<WeakRemoteCartObserver>()
         private let replica: Replica
-        private let interestChanged: @Sendable () -> Void
 
-        init(replica: Replica, interestChanged: @escaping @Sendable () -> Void) {
+        init(replica: Replica) {
             self.replica = replica
-            self.interestChanged = interestChanged
         }
 
         /// Adds `observer`, held weakly, for `carts`. If the replica holds them it is told their
@@ -394,24 +413,21 @@ extension RemoteCartStore {
         ///     receiving task.
         public func add(_ observer: any CartObserver, carts: CartSelection, queue: DispatchQueue?) {
             let interest = ObserverInterest(carts)
-            let needsMore = replica.admit { replica in
+            replica.admit(self) {
                 registry.add(observer, queue: queue, interest: interest)
-                return replica.greet(observer, interest, in: registry)
+            } greet: { replica in
+                replica.greet(observer, interest, in: registry)
             }
-            if needsMore { interestChanged() }
         }
 
         /// Removes `observer`: after this returns it gets no further callback (not even one
         /// queued on its queue). Carts no other observer wants stop arriving soon after.
         public func remove(_ observer: any CartObserver) {
             registry.remove(observer)
-            if replica.needsReplanning(self) { interestChanged() }
+            replica.reconsider(self)
         }
 
         public func contains(_ observer: any CartObserver) -> Bool { registry.contains(observer) }
-
-        /// Asks the subscription to make its plan again (the refused carts changed).
-        func replan() { interestChanged() }
 
         /// The number of live observers (O(n): released ones are swept first).
         public var count: Int { registry.count }

@@ -61,6 +61,10 @@ package final class Replica: @unchecked Sendable {
 
     let lock = NSRecursiveLock()
     var state = State()
+    /// What the subscription's loop does against what the observers want (under the lock).
+    private(set) var demand = SubscriptionDemand()
+    /// Wakes the subscription's loop to plan again (`RemoteCartStore` runs it with these).
+    let wakeUps = WakeUps()
     /// Where the replica is kept between runs, if anywhere (set before the store's tasks start).
     private(set) var file: ReplicaFile?
     private(set) var openedCache = ReplicaCacheState.none
@@ -101,17 +105,36 @@ package final class Replica: @unchecked Sendable {
         lock.withLock { body(state) }
     }
 
-    /// Runs `body` under the lock: an observer being added. `body` returns whether the replica
-    /// must widen to serve it.
-    func admit(_ body: (Replica) -> Bool) -> Bool {
-        lock.withLock { body(self) }
+    /// Adds an observer (`add` puts it in the set) and tells it the state if the replica holds
+    /// its carts, as one step; then wakes the subscription if it follows something else now.
+    func admit(_ observers: RemoteCartStore.Observers, add: () -> Void, greet: (Replica) -> Void) {
+        lock.withLock {
+            add()
+            greet(self)
+            reconsiderLocked(observers)
+        }
     }
 
+    /// Wakes the subscription's loop if it follows something else than what the living
+    /// observers want (`SubscriptionDemand`): after an observer is added or removed, or found
+    /// released, and after each plan.
+    func reconsider(_ observers: RemoteCartStore.Observers) {
+        lock.withLock { reconsiderLocked(observers) }
+    }
+
+    private func reconsiderLocked(_ observers: RemoteCartStore.Observers) {
+        guard !state.closed else { return }
+        let expired = state.refused.values.contains { $0.at.duration(to: .now) >= FanoutSubscription.refusalPause }
+        if demand.wake(toFollow: observers.wanted.map(served), refusalExpired: expired) { wakeUps.wake() }
+    }
+
+    /// The loop's state, for tests that hold an ordering (`SubscriptionDemand.Loop`).
+    package var loopState: SubscriptionDemand.Loop { lock.withLock { demand.loop } }
+
     /// Tells a newly added observer the state, if the replica holds its carts (and which of
-    /// them the server refused). Under the lock. Returns whether the replica does not cover
-    /// them (it must widen).
-    func greet(_ observer: any CartObserver, _ interest: ObserverInterest, in set: ObserverSetOfStore) -> Bool {
-        guard !state.closed else { return false }
+    /// them the server refused). Under the lock.
+    func greet(_ observer: any CartObserver, _ interest: ObserverInterest, in set: ObserverSetOfStore) {
+        guard !state.closed else { return }
         let store = store.withLockedValue(\.store)
         if let store, case .carts(let ids) = interest.selection {
             // Each refused cart as `readRefusing` told it: its own callback, its own error.
@@ -121,9 +144,10 @@ package final class Replica: @unchecked Sendable {
             }
         }
         let served = served(interest.selection)
-        guard let covered = state.covered, covered.covers(served) else { return true }
+        // Not held (yet): told once a plan has read them (`greetWaiting`).
+        guard let covered = state.covered, covered.covers(served) else { return }
         // Every cart it wants was refused: nothing to load.
-        guard state.loaded, let store, served != .carts([]) || interest.selection == .carts([]) else { return false }
+        guard state.loaded, let store, served != .carts([]) || interest.selection == .carts([]) else { return }
         interest.markLoaded()
         let carts = Self.carts(of: interest.selection, in: state.carts)
         let fromCache = state.fromCache
@@ -137,7 +161,6 @@ package final class Replica: @unchecked Sendable {
                 }
             }
         }
-        return false
     }
 
     /// `selection` without the carts the server refused.
@@ -146,24 +169,30 @@ package final class Replica: @unchecked Sendable {
         return .carts(ids.filter { state.refused[$0] == nil })
     }
 
-    /// Whether the plan must be made again: the replica holds carts no living observer wants
-    /// (or a connection with no observer at all), or a refusal is old enough to ask again.
-    func needsReplanning(_ observers: RemoteCartStore.Observers) -> Bool {
-        let wanted = observers.wanted
-        return lock.withLock {
-            state.refused.values.contains { $0.at.duration(to: .now) >= FanoutSubscription.refusalPause }
-                || (state.covered != nil && state.covered != wanted.map(served))
-        }
-    }
-
     /// The next connection's plan: what the living observers want, after the replica's seq,
     /// without the carts the server refused. Carts they want that the replica does not hold
     /// are read over HTTP first (their state is then at or after the seq; replayed events at
     /// or below their version are skipped); a cart the server refuses is told to its observers
     /// and left out. Any other failure throws: the subscription reports it and asks again.
     package func plan(for observers: RemoteCartStore.Observers, api: CartServerAPI) async throws -> FanoutSubscription.Plan? {
-        guard !read(\.closed) else { return nil }
-        guard let allWanted = observers.wanted else {
+        let (closed, wanted) = lock.withLock {
+            let wanted = observers.wanted
+            demand.beginPlanning(wanted.map(served))
+            return (state.closed, wanted)
+        }
+        guard !closed else { return nil }
+        let plan = try await plan(wanting: wanted, observers: observers, api: api)
+        lock.withLock {
+            demand.planned(plan.map { $0.carts.map(CartSelection.only) ?? .all })
+            reconsiderLocked(observers)
+        }
+        return plan
+    }
+
+    private func plan(wanting wanted: CartSelection?, observers: RemoteCartStore.Observers, api: CartServerAPI) async throws
+        -> FanoutSubscription.Plan?
+    {
+        guard let allWanted = wanted else {
             lock.withLock {
                 // Nothing followed any more; the writes not yet confirmed, and who waits, stay, and
                 // carts restored from the cache file wait for the observers they are kept for.
@@ -300,7 +329,7 @@ package final class Replica: @unchecked Sendable {
                     // One of the carts asked for: find which, at once, and serve the others.
                     state.findRefusedCarts = true
                     state.refusedCartsFoundAt = .now
-                    observers.replan()
+                    wakeUps.wake()
                 } else {
                     setConnection(.refused(error), observers: observers)
                 }

@@ -55,6 +55,55 @@ struct CacheFileTests {
         await server.stop()
     }
 
+    /// The cold start of every app, in each order of its steps: the store restored from its
+    /// file, its loop's first plan (nothing observed yet: it waits), then the first observer; or
+    /// the observer first. Either way the observer opens the connection: live, counted by the
+    /// server, its writes confirmed, the server's changes arriving. Before the store consulted
+    /// `SubscriptionDemand`, the first order stayed `idle` for good: the restored carts counted
+    /// as followed, so no plan was asked for.
+    @Test(arguments: FanoutSubscription.Transport.allCases, [false, true])
+    func aStoreRestoredFromItsFileGoesLiveWhateverTheOrderOfItsFirstObserver(
+        transport: FanoutSubscription.Transport, observerFirst: Bool
+    ) async throws {
+        let (file, removeFile) = try Self.cacheFile()
+        defer { removeFile() }
+        let server = try ServerUnderTest()
+        await server.add("c", "seed")
+        let first = RemoteCartStore(server: server.url, transport: transport, cacheFile: file)
+        let before = Recorder()
+        first.observers.add(before, carts: .only(["c"]))
+        await eventually("loaded", store: first, server: server) { before.isLoaded }
+        await first.close()
+
+        let second = RemoteCartStore(server: server.url, transport: transport, cacheFile: file)
+        let after = Recorder()
+        if observerFirst {
+            second.observers.add(after, carts: .only(["c"]))
+        } else {
+            // Held in this order: the loop has planned and waits, with nothing observed.
+            await eventually("the loop waits", store: second, server: server) { second.replica.loopState == .idle }
+        }
+        #expect(second.isFromCache || observerFirst)
+        if !observerFirst { second.observers.add(after, carts: .only(["c"])) }
+        #expect(after.record.withLockedValue { $0.loaded?.first?.items.map(\.sku) } == ["seed"], "the cached cart, at once")
+        await eventually("live", store: second, server: server) { second.connectionState == .live }
+        #expect(await server.subscribers() == 1)
+        let write = try second.addItem("pear", quantity: 1, unitPriceCents: 5, to: "c")
+        let confirmed = await eventually("the write confirmed", store: second, server: server) { second.pendingWrites.isEmpty }
+        guard confirmed, case .confirmed(let seq) = await second.outcome(of: write) else {
+            Issue.record("the write was not confirmed")
+            await second.close()
+            return await server.stop()
+        }
+        let fromServer = try #require(await server.add("c", "fig"))
+        await eventually("the server's change", store: second, server: server) { second.seq == fromServer }
+        #expect(after.events.map(\.seq) == [seq, fromServer], "each change once, after the cached seq")
+        #expect(second.cart("c") == (try await server.carts())["c"])
+        withExtendedLifetime((before, after)) {}
+        await second.close()
+        await server.stop()
+    }
+
     @Test func writesTakenOfflineSurviveTheAppAndReachTheServerOnceInOrder() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }

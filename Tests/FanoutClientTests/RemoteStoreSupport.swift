@@ -5,6 +5,7 @@ import FanoutProtocol
 import FanoutTestSupport
 import Foundation
 import NIOConcurrencyHelpers
+import Testing
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -94,6 +95,15 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
         return Dictionary(uniqueKeysWithValues: answer.carts.map { ($0.id, $0) })
     }
 
+    /// `/stats` as the server answers it (its text), or nil without an answer within 2 s.
+    func stats() async -> String? {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/stats")!)
+        request.timeoutInterval = 2
+        if let token = operatorToken { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        guard let (data, _) = try? await URLSession.shared.data(for: request) else { return nil }
+        return String(decoding: data, as: UTF8.self)
+    }
+
     /// `/stats` `subscribers`: the subscribers connected now.
     func subscribers() async -> Int? {
         guard let (data, _) = try? await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/stats")!),
@@ -107,6 +117,29 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
     func add(_ cart: String, _ sku: String) async -> Int64? {
         await Mutations.add(port: port, cart: cart, sku: sku)
     }
+}
+
+/// `eventually`, saying when it runs out what the store was doing (its connection, loop,
+/// observers' carts and pending writes: `debugDescription`) and what the server was (`/stats`
+/// and the tail of its log).
+@discardableResult
+func eventually(
+    timeout: Duration = .seconds(30), _ what: String, store: RemoteCartStore, server: ServerUnderTest?,
+    sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async throws -> Bool
+) async rethrows -> Bool {
+    try await eventually(
+        timeout: timeout, what, explaining: { await explain(store: store, server: server) }, sourceLocation: sourceLocation, condition)
+}
+
+/// What a store and its server are doing now, for a failure message.
+func explain(store: RemoteCartStore?, server: ServerUnderTest?) async -> String {
+    var lines: [String] = []
+    if let store { lines.append("store: \(store.debugDescription)") }
+    if let server {
+        lines.append("server /stats: \(await server.stats() ?? "(no answer)")")
+        lines.append("server log, last lines:\n\(tail(server.process.standardError))")
+    }
+    return lines.joined(separator: "\n")
 }
 
 /// An observer that records every callback, and whether each came on its queue.

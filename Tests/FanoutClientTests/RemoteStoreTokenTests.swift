@@ -4,6 +4,8 @@ import Foundation
 import NIOConcurrencyHelpers
 import Testing
 
+@testable import FanoutServer
+
 /// `RemoteCartStore` with signed tokens: a provider's fresh token carries the replica across
 /// each token's expiry, and a token's carts bound what it may observe.
 @Suite("Remote cart store with signed tokens", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
@@ -23,17 +25,20 @@ struct RemoteStoreTokenTests {
         let writer = CartServerAPI(baseURL: server.url, credentials: .token("operator"))
         _ = try await writer.addItem("seed", quantity: 1, unitPriceCents: 1, to: "alice")
         let minted = NIOLockedValueBox(0)
-        // Each connection gets a token that expires 3 s later (minting one runs a process: on a
-        // loaded machine a shorter life may be spent before the token is even used).
+        // Each connection gets a token that expires 3 s later, signed here as a shop's backend
+        // signs one (minting it with `fanout-server token` took a process start, which on a
+        // loaded machine spent most of the token's life before it was used: the store was then
+        // refused until the test gave up waiting for "loaded").
         let store = RemoteCartStore(
             server: server.url, transport: transport,
             credentials: .provider {
                 minted.withLockedValue { $0 += 1 }
-                return try await Self.mint(["--sub", "alice", "--carts", "alice", "--scope", "read", "--ttl", "3s"])
+                let token = UserToken(subject: "alice", carts: ["alice"], scope: "read", expiresAt: Date().addingTimeInterval(3))
+                return try await TokenKeys.sign(token, secret: Self.secret)
             })
         let recorder = Recorder()
         store.observers.add(recorder, carts: .only(["alice"]))
-        await eventually(timeout: .seconds(30), "loaded") { recorder.isLoaded }
+        await eventually("loaded", store: store, server: server) { recorder.isLoaded }
         let start = minted.withLockedValue { $0 }
         // Writes for longer than two tokens live.
         for index in 0..<70 {
@@ -42,7 +47,7 @@ struct RemoteStoreTokenTests {
         }
         let log = try await server.log()
         let expected = recorder.expected(of: log, selection: .only(["alice"]))
-        await eventually(timeout: .seconds(20), "every event") { recorder.events.count >= expected.count }
+        await eventually("every event", store: store, server: server) { recorder.events.count >= expected.count }
         #expect(recorder.events == expected, "nothing lost or repeated across the expiries")
         #expect(minted.withLockedValue { $0 } > start, "the provider was asked again after an expiry")
         #expect(recorder.record.withLockedValue { $0.resyncs.isEmpty })

@@ -13,13 +13,32 @@ public func eventually(
     sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () async throws -> Bool
 ) async rethrows -> Bool {
+    try await eventually(timeout: timeout, what, explaining: { "" }, sourceLocation: sourceLocation, condition)
+}
+
+/// `eventually`, and when the wait runs out, what each party was doing then (`explaining`:
+/// the client's state, the server's figures and log), in the failure: a wait that ran out on a
+/// loaded machine must say whether something was stuck or only slow.
+@discardableResult
+public func eventually(
+    timeout: Duration = .seconds(30), _ what: String, explaining: () async -> String,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
+) async rethrows -> Bool {
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline, !Task.isCancelled {
         if try await condition() { return true }
         try? await Task.sleep(for: .milliseconds(5))
     }
-    Issue.record("timed out waiting for \(what)", sourceLocation: sourceLocation)
+    let explanation = await explaining()
+    Issue.record(
+        "timed out waiting for \(what)\(explanation.isEmpty ? "" : "\n" + explanation)", sourceLocation: sourceLocation)
     return false
+}
+
+/// The last `lines` lines of `text` (a process's log).
+public func tail(_ text: String, lines: Int = 20) -> String {
+    text.split(separator: "\n", omittingEmptySubsequences: false).suffix(lines).joined(separator: "\n")
 }
 
 /// `writers` concurrent tasks, each adding `perWriter` lines to its own cart `w<N>`.
