@@ -53,9 +53,9 @@ func until(_ timeout: Duration = .seconds(20), _ condition: () -> Bool) async ->
 }
 
 /// A `fanout-server` on a new database, and its API.
-func startServer() throws -> (ServerProcess, CartServerAPI, @Sendable () -> Void) {
+func startServer() async throws -> (ServerProcess, CartServerAPI, @Sendable () -> Void) {
     let (database, cleanup) = try Mutations.temporaryDatabase()
-    let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+    let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
     return (server, CartServerAPI(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!), cleanup)
 }
 
@@ -63,7 +63,7 @@ func startServer() throws -> (ServerProcess, CartServerAPI, @Sendable () -> Void
 @MainActor
 struct MainActorObserverTests {
     @Test func aMainActorViewModelFollowsACartOnTheMainActor() async throws {
-        let (server, api, cleanup) = try startServer()
+        let (server, api, cleanup) = try await startServer()
         defer { cleanup() }
         _ = try await api.addItem("apple", quantity: 1, unitPriceCents: 50, to: "alice")
 
@@ -85,7 +85,7 @@ struct MainActorObserverTests {
     }
 
     @Test func anObservableCartTellsTheViewWhatChanged() async throws {
-        let (server, api, cleanup) = try startServer()
+        let (server, api, cleanup) = try await startServer()
         defer { cleanup() }
         _ = try await api.addItem("apple", quantity: 1, unitPriceCents: 50, to: "alice")
         let store = RemoteCartStore(server: api.baseURL)

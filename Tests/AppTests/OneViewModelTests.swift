@@ -52,7 +52,7 @@ struct OneViewModelTests {
     @Test func theSameViewModelFollowsALocalStoreAndAServerAlike() async throws {
         let (database, cleanup) = try Mutations.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         let api = CartServerAPI(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!)
         let local = try CartStore.inMemory()
 

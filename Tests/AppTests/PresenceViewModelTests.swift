@@ -35,7 +35,7 @@ struct PresenceViewModelTests {
     @Test func aViewModelAndAViewSeeWhoElseIsLooking() async throws {
         let (database, cleanup) = try Mutations.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         let url = URL(string: "http://127.0.0.1:\(server.port)")!
         let mine = RemoteCartStore(server: url, presence: .init(state: ["screen": "cart"]))
         let model = WhoIsLookingModel(mine, cart: "alice")

@@ -9,7 +9,7 @@ struct BenchToolTests {
     func benchCountsEveryDeliveryAgainstARealServer(transport: String) async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         let bench = try await runToExit(
             "fanout-bench",
             [
@@ -37,7 +37,7 @@ struct BenchToolTests {
     @Test func aListeningProcessCountsTheWritesAnotherProcessMade() async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }

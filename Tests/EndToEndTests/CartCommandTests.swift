@@ -15,7 +15,7 @@ struct CartCommandTests {
     @Test func cartCommandsPrintTheServersTypedAnswers() async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database, "--token", "t0k"])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database, "--token", "t0k"])
         defer { server.signal(SIGTERM) }
         let connection = ["--url", "http://127.0.0.1:\(server.port)", "--token", "t0k"]
 

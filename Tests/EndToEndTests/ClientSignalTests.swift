@@ -11,7 +11,7 @@ struct ClientSignalTests {
     func aSubscribedClientExitsZeroOnSignal(_ signal: Int32) async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         defer { server.signal(SIGTERM) }
         let client = try SubscribeProcess(port: server.port)
         await eventually("the snapshot") { client.output.first?.type == "snapshot" }

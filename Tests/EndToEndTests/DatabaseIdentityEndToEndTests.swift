@@ -33,7 +33,7 @@ struct DatabaseIdentityEndToEndTests {
     /// Starts a server on `database`, writes one change, reads the identity every way a client
     /// can (expecting them all the same), stops the server, and returns the identity.
     static func identity(ofServerOn database: String) async throws -> String {
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         let port = server.port
         #expect(await Mutations.add(port: port, cart: "a", sku: "s") != nil)
         let said: [(String, String?)] = [

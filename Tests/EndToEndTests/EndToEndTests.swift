@@ -35,7 +35,7 @@ struct EndToEndTests {
     func manyClientsPrintTheSameSequenceAsTheLog(transport: String) async throws {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = server.port
         let clients = try (0..<5).map { _ in try SubscribeProcess(port: port, arguments: ["--transport", transport]) }
         await eventually("every client's snapshot") { clients.allSatisfy { $0.output.first?.type == "snapshot" } }
@@ -55,7 +55,7 @@ struct EndToEndTests {
     func clientsResumeAcrossAServerKilledMidBurst(transport: String) async throws {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
-        let first = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let first = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = first.port
         let clients = try (0..<5).map { _ in try SubscribeProcess(port: port, arguments: ["--transport", transport]) }
         await eventually("every client's snapshot") { clients.allSatisfy { $0.output.first?.type == "snapshot" } }
@@ -68,7 +68,8 @@ struct EndToEndTests {
         await eventually("part of the burst") { (clients.first?.eventSeqs.count ?? 0) >= 30 }
         first.signal(SIGKILL)
         _ = await first.waitForExit()
-        restarted.withLockedValue { $0 = try? ServerProcess(arguments: ["--port", "\(port)", "--db", database] + Self.fastLeases) }
+        let next = try? await ServerProcess(arguments: ["--port", "\(port)", "--db", database] + Self.fastLeases)
+        restarted.withLockedValue { $0 = next }
         #expect(restarted.withLockedValue { $0 } != nil, "the server must restart on the same port")
         let acknowledged = await burst.value
         #expect(acknowledged.count < 1_200, "the kill landed mid-burst: some writes were refused")
@@ -87,7 +88,7 @@ struct EndToEndTests {
     @Test func aStoppedClientExpiresThenResumesWhereItLeftOff() async throws {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = server.port
         let steady = try SubscribeProcess(port: port)
         let sleeper = try SubscribeProcess(port: port)
@@ -112,7 +113,7 @@ struct EndToEndTests {
     @Test func sinceInTheMiddlePrintsExactlyTheTail() async throws {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = server.port
         _ = await Mutations.burst(port: { port }, writers: 1, each: 20, tag: "t")
         let tail = try SubscribeProcess(port: port, arguments: ["--since", "12"])
@@ -126,7 +127,7 @@ struct EndToEndTests {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
         let stateFile = database + ".seq"
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = server.port
         let first = try SubscribeProcess(port: port, arguments: ["--state-file", stateFile])
         await eventually("snapshot") { first.output.first?.type == "snapshot" }
@@ -148,7 +149,7 @@ struct EndToEndTests {
     @Test func aSnapshotOfManyCartsArrivesInPartsThenTheEvents() async throws {
         let (database, cleanup) = try await Self.temporaryDatabase(carts: 1_203)
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         defer { server.signal(SIGTERM) }
         let client = try SubscribeProcess(port: server.port)
         await eventually("the last part") { client.output.contains { $0.type == "snapshot" && !$0.more } }
@@ -164,7 +165,7 @@ struct EndToEndTests {
     @Test func aBadTokenIsReportedOnceWithANonZeroExit() async throws {
         let (database, cleanup) = try Self.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database, "--token", "right"])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database, "--token", "right"])
         let outcome = try await runToExit(
             "fanout-client", ["subscribe", "--url", "ws://127.0.0.1:\(server.port)/subscribe", "--token", "wrong"])
         #expect(!outcome.timedOut, "the client retried instead of giving up")

@@ -42,7 +42,7 @@ struct IdempotencyEndToEndTests {
     func aRepeatIsAnsweredTheFirstAnswerAlsoAfterARestartAndItsEventCarriesTheKey(transport: String) async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
         let client = try SubscribeProcess(port: server.port, arguments: ["--transport", transport])
         await eventually("the client's snapshot") { client.output.first?.type == "snapshot" }
 
@@ -61,7 +61,7 @@ struct IdempotencyEndToEndTests {
 
         server.signal(SIGTERM)
         #expect(await server.waitForExit() == 0)
-        let restarted = try ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
+        let restarted = try await ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
         let afterRestart = try await Self.add(port: restarted.port, key: "order-1")
         #expect(afterRestart.status == 200 && afterRestart.replayed == "true")
         #expect(afterRestart.seq == 1 && afterRestart.cart == first.cart, "the cart as that change left it, not as it is now")
@@ -77,7 +77,7 @@ struct IdempotencyEndToEndTests {
     @Test func aKeyPastItsTimeToLiveIsForgotten() async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database, "--idempotency-keys-ttl", "0.5"])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database, "--idempotency-keys-ttl", "0.5"])
         let first = try await Self.add(port: server.port, key: "k")
         #expect(first.status == 200 && first.seq == 1)
         var repeated = try await Self.add(port: server.port, key: "k")
@@ -98,7 +98,7 @@ struct IdempotencyEndToEndTests {
         let postgres = try await PostgresServer.start()
         postgres.stopWhenTheProcessExits()
         let database = try await postgres.makeDatabase(named: "idempotency")
-        let nodes = try (0..<2).map { _ in try ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases) }
+        let nodes = try await ServerProcess.start(2, arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
         let client = try SubscribeProcess(port: nodes[1].port)
         await eventually("the client's snapshot") { client.output.first?.type == "snapshot" }
 

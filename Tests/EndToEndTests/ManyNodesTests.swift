@@ -26,9 +26,11 @@ struct ManyNodesTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
 
-        let nodes = try (0..<3).map { node in
-            try ServerProcess(
-                arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases + (node == 2 ? ["--threads", "1"] : []))
+        var nodes: [ServerProcess] = []
+        for node in 0..<3 {
+            nodes.append(
+                try await ServerProcess(
+                    arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases + (node == 2 ? ["--threads", "1"] : [])))
         }
         let ports = nodes.map(\.port)
         // One database, one identity, whichever server says it.
@@ -107,7 +109,7 @@ struct PostgresOutageTests {
     @Test func changesAreRefusedWhileItIsDownAndDeliveryResumesGapFree() async throws {
         let postgres = try await PostgresServer.startCluster()
         let database = try await postgres.makeDatabase(named: "outage")
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
         let port = server.port
         let client = try SubscribeProcess(port: port)
         await eventually("the snapshot") { client.output.first?.type == "snapshot" }
@@ -253,7 +255,7 @@ struct PostgresFailureTests {
         let postgres = try await PostgresServer.startCluster()
         let database = try await postgres.makeDatabase(named: name)
         _ = try await postgres.psql("ALTER DATABASE \(name) SET synchronous_commit = on")
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
         let port = server.port
         // A new cart every 500 changes: a fast server would otherwise fill a cart to its
         // 1 000 lines within the test and answer 409 `too_many_items`.

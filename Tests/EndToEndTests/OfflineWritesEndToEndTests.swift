@@ -20,7 +20,7 @@ struct OfflineWritesEndToEndTests {
         defer {
             for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: cache.path + suffix) }
         }
-        var server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        var server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         let port = server.port
         let url = "http://127.0.0.1:\(port)"
         // Frozen: the app's first write is sent and waits, unanswered, while the app takes 100.
@@ -32,7 +32,7 @@ struct OfflineWritesEndToEndTests {
         server.signal(SIGCONT)
         server.signal(SIGTERM)
         #expect(await server.waitForExit() == 0)
-        server = try ServerProcess(arguments: ["--port", "\(port)", "--db", database])
+        server = try await ServerProcess(arguments: ["--port", "\(port)", "--db", database])
 
         let again = try await runToExit("remote-store-probe", ["--offline-writes", url, cache.path, "100", "200"], timeout: .seconds(120))
         #expect(again.status == 0, "stderr: \(again.standardError)")

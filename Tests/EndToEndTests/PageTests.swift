@@ -26,7 +26,7 @@ struct PageTests {
         defer { cleanup() }
         let token = "page-\(UUID().uuidString)"
         let serverArguments = ["--db", database, "--token", token, "--heartbeat-interval", "1"]
-        let first = try ServerProcess(arguments: ["--port", "0"] + serverArguments)
+        let first = try await ServerProcess(arguments: ["--port", "0"] + serverArguments)
         let port = first.port
         /// A change over HTTP, as another client makes it; returns its seq.
         let change: (String, String, String?) async throws -> Int64 = { method, path, body in
@@ -100,7 +100,7 @@ struct PageTests {
         first.signal(SIGTERM)
         #expect(await first.waitForExit() == 0)
         seen = try await page.waitFor("the page to notice") { $0.state == "reconnecting" }
-        let second = try ServerProcess(arguments: ["--port", "\(port)"] + serverArguments)
+        let second = try await ServerProcess(arguments: ["--port", "\(port)"] + serverArguments)
         let restarted = ContinuousClock.now
         seen = try await page.waitFor(timeout: .seconds(20), "the page to reconnect") { $0.state == "live" }
         let reconnect = ContinuousClock.now - restarted
@@ -153,7 +153,7 @@ struct PageTests {
         let executable = try #require(HeadlessChromium.executable, "chromium is not installed: apt-get install chromium")
         let (database, cleanup) = try await EndToEndTests.temporaryDatabase(carts: 1_200)
         defer { cleanup() }
-        let first = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let first = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         let port = first.port
 
         let browser = try HeadlessChromium(executable: executable)
@@ -181,7 +181,7 @@ struct PageTests {
         #expect(await first.waitForExit() == 0)
         let (other, cleanupOther) = try EndToEndTests.temporaryDatabase()
         defer { cleanupOther() }
-        let second = try ServerProcess(arguments: ["--port", "\(port)", "--db", other])
+        let second = try await ServerProcess(arguments: ["--port", "\(port)", "--db", other])
         seen = try await page.waitFor(timeout: .seconds(20), "the resync") { $0.state == "resynced" && $0.carts.isEmpty }
         #expect(seen.seq == "0", "the other database's seq")
         #expect(await Mutations.add(port: port, cart: "fresh", sku: "start") == 1)
@@ -201,7 +201,7 @@ struct PageTests {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
         let operatorToken = SignedTokenEndToEndTests.operatorToken
-        let server = try SignedTokenEndToEndTests.server(database)
+        let server = try await SignedTokenEndToEndTests.server(database)
         let port = server.port
         for (cart, sku, quantity, cents, name) in PageTests.seed {
             let body = #"{"sku":"\#(sku)","quantity":\#(quantity),"unitPriceCents":\#(cents),"name":"\#(name)"}"#
@@ -250,7 +250,7 @@ struct PageTests {
         defer { cleanup() }
         let bob = try await SignedTokenEndToEndTests.mint(["--sub", "bob", "--carts", "a", "--scope", "read"])
         let operatorToken = SignedTokenEndToEndTests.operatorToken
-        let server = try SignedTokenEndToEndTests.server(database)
+        let server = try await SignedTokenEndToEndTests.server(database)
         let port = server.port
         let browser = try HeadlessChromium(executable: executable)
         let devTools = DevTools(url: try await browser.devToolsURL())

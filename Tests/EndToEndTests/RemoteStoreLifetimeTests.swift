@@ -11,7 +11,7 @@ struct RemoteStoreLifetimeTests {
     @Test func releasedObserversDropOutAndCloseTheConnection() async throws {
         let (database, cleanup) = try Mutations.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         let probe = try await runToExit("remote-store-probe", ["http://127.0.0.1:\(server.port)"], timeout: .seconds(60))
         #expect(probe.status == 0, "stderr: \(probe.standardError)")
         #expect(probe.standardOutput.contains("every check held"))
@@ -25,7 +25,7 @@ struct RemoteStoreLifetimeTests {
         let (database, cleanup) = try Mutations.temporaryDatabase()
         defer { cleanup() }
         let secret = "a probe secret of at least 32 bytes long"
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database, "--jwt-secret", secret])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database, "--jwt-secret", secret])
         let minted = try await runToExit(
             "fanout-server", ["token", "--jwt-secret", secret, "--sub", "p", "--carts", "a", "--scope", "read write"])
         let token = minted.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)

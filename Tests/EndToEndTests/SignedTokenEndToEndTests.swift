@@ -22,15 +22,15 @@ struct SignedTokenEndToEndTests {
     }
 
     /// The default leases: the only ending a subscriber here may meet is its token's.
-    static func server(_ database: String) throws -> ServerProcess {
-        try ServerProcess(arguments: ["--port", "0", "--db", database, "--token", operatorToken, "--jwt-secret", secret])
+    static func server(_ database: String) async throws -> ServerProcess {
+        try await ServerProcess(arguments: ["--port", "0", "--db", database, "--token", operatorToken, "--jwt-secret", secret])
     }
 
     @Test(arguments: EndToEndTests.transports)
     func fanoutClientWithAlicesTokenFollowsAndChangesOnlyHerCarts(transport: String) async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
-        let server = try Self.server(database)
+        let server = try await Self.server(database)
         let port = server.port
         let alice = try await Self.mint(["--sub", "alice", "--carts", "alice,alice-wishlist", "--scope", "read write", "--ttl", "1h"])
         let client = try SubscribeProcess(port: port, arguments: ["--transport", transport, "--token", alice])
@@ -70,7 +70,7 @@ struct SignedTokenEndToEndTests {
         }
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", database, "--jwt-secret", "s3cret"])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database, "--jwt-secret", "s3cret"])
         let token = python.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
         let list = try await CartCommandTests.client(["cart", "list", "--url", "http://127.0.0.1:\(server.port)", "--token", token])
         #expect(list.status == 0, "a PyJWT token with the short secret is accepted: \(list.error)")
@@ -114,7 +114,7 @@ struct SignedTokenEndToEndTests {
     func anExpiredTokenEndsTheSubscriptionAndTheClientSaysSo(transport: String) async throws {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
-        let server = try Self.server(database)
+        let server = try await Self.server(database)
         // The token must outlive the client's start and its snapshot; on a loaded machine 2 s may
         // not, so a token that expired first is tried again with a longer life (it was refused at
         // the handshake and ended nothing).

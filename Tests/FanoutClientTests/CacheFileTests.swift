@@ -18,7 +18,7 @@ struct CacheFileTests {
     @Test func aColdStartShowsTheCachedCartsBeforeAnyNetworkThenResumesAfterTheirSeq() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("c", "seed")
         let first = RemoteCartStore(server: server.url, cacheFile: file)
         #expect(first.cacheState == .empty)
@@ -67,7 +67,7 @@ struct CacheFileTests {
     ) async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("c", "seed")
         let first = RemoteCartStore(server: server.url, transport: transport, cacheFile: file)
         let before = Recorder()
@@ -107,7 +107,7 @@ struct CacheFileTests {
     @Test func writesTakenOfflineSurviveTheAppAndReachTheServerOnceInOrder() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         let carts = (0..<20).map { "o\($0)" }
         // Frozen: the first write of the first run is sent, and committed only after that run
         // has gone: its answer never reaches it. The next run sends it again, with its key.
@@ -154,7 +154,7 @@ struct CacheFileTests {
     @Test func aCacheOfAnotherDatabaseIsReplacedWithTheReason() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("c", "first")
         let first = RemoteCartStore(server: server.url, cacheFile: file)
         let before = Recorder()
@@ -188,7 +188,7 @@ struct CacheFileTests {
     @Test func aCacheOlderThanThePrunedLogIsReplacedWithTheReason() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
-        let server = try ServerUnderTest(["--ring-size", "16"])
+        let server = try await ServerUnderTest(["--ring-size", "16"])
         await server.add("a", "seed")
         let first = RemoteCartStore(server: server.url, cacheFile: file)
         let before = Recorder()
@@ -216,7 +216,7 @@ struct CacheFileTests {
     @Test func aFileThatCannotBeTrustedIsStartedAnewWithTheReason() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("d", "seed")
 
         try Data("not a database, or half of one".utf8).write(to: file)

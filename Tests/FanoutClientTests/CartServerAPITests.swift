@@ -44,7 +44,7 @@ struct CartServerAPITests {
     }
 
     @Test func aVersionConflictSaysTheVersionTheCartIsAt() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         let api = CartServerAPI(baseURL: server.url)
         _ = try await api.addItem("a", quantity: 1, unitPriceCents: 1, to: "c")
         _ = try await api.addItem("b", quantity: 1, unitPriceCents: 1, to: "c")
@@ -61,7 +61,7 @@ struct CartServerAPITests {
     /// A write retried with its idempotency key (its answer lost) is made once, and answered the
     /// first answer; the key with another write is refused.
     @Test func aWriteRetriedWithItsKeyIsMadeOnce() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         let api = CartServerAPI(baseURL: server.url)
         let first = try await api.addItem("a", quantity: 2, unitPriceCents: 5, to: "c", idempotencyKey: "add-a")
         let retried = try await api.addItem("a", quantity: 2, unitPriceCents: 5, to: "c", idempotencyKey: "add-a")

@@ -30,7 +30,7 @@ struct PendingWriteTests {
         }
         #expect(store.pendingWrites.count == 20)
 
-        try server.start()
+        try await server.start()
         await eventually(timeout: .seconds(30), "every write confirmed or refused") { store.pendingWrites.isEmpty }
         var seqs: [Int64] = []
         for (index, write) in writes.enumerated() {
@@ -149,7 +149,7 @@ struct PendingWriteTests {
             return
         }
         #expect(store.pendingWrites.isEmpty)
-        try server.start()
+        try await server.start()
         let fresh = try store.addItem("fresh", quantity: 1, unitPriceCents: 1, to: "late")
         guard case .confirmed = await store.outcome(of: fresh) else {
             Issue.record("the next write did not go")
@@ -164,7 +164,7 @@ struct PendingWriteTests {
 
     /// A server with `cart` (one line, `seed`), and a store whose observer has loaded it.
     static func following(_ cart: String) async throws -> (ServerUnderTest, RemoteCartStore, Recorder) {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add(cart, "seed")
         let store = RemoteCartStore(server: server.url)
         let recorder = Recorder()
@@ -174,7 +174,7 @@ struct PendingWriteTests {
     }
 
     @Test func pastTheLimitAWriteIsRefusedAndNothingIsDropped() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         // Frozen: the first write waits for its answer, the others behind it.
         server.process.signal(SIGSTOP)
         let store = RemoteCartStore(server: server.url)

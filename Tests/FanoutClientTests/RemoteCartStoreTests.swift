@@ -12,7 +12,7 @@ import Testing
 struct RemoteCartStoreTests {
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func anObserverGetsItsCartsThenEachOfTheirEventsOnceInOrder(transport: FanoutSubscription.Transport) async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         for index in 0..<3 { await server.add("k\(index)", "seed") }
         let store = RemoteCartStore(server: server.url, transport: transport)
         let recorder = Recorder(queue: DispatchQueue(label: "observer"))
@@ -40,7 +40,7 @@ struct RemoteCartStoreTests {
     /// 1 000 observers over 50 carts, each wanting one to three of them (every tenth: all),
     /// through a server restart and a SIGKILL mid-burst.
     @Test func aThousandObserversEachReceiveExactlyTheLogOfTheirCarts() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         let carts = (0..<50).map { "c\($0)" }
         for cart in carts { await server.add(cart, "seed") }
         let store = RemoteCartStore(server: server.url)
@@ -101,7 +101,7 @@ struct RemoteCartStoreTests {
     }
 
     @Test func releasingEveryObserverClosesTheConnection() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("a", "seed")
         let store = RemoteCartStore(server: server.url, releaseCheckInterval: .milliseconds(500))
         try await Self.observeThenRelease("a", of: store, on: server)
@@ -122,7 +122,7 @@ struct RemoteCartStoreTests {
     /// does: not at the server's next heartbeat (30 s here, far beyond the wait).
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func aReleasedStoreLeavesTheServerAtOnce(transport: FanoutSubscription.Transport) async throws {
-        let server = try ServerUnderTest(heartbeatInterval: 30, leaseTTL: 60)
+        let server = try await ServerUnderTest(heartbeatInterval: 30, leaseTTL: 60)
         await server.add("a", "seed")
         let store = RemoteCartStore(server: server.url, transport: transport, releaseCheckInterval: .milliseconds(100))
         try await Self.observeThenRelease("a", of: store, on: server)
@@ -131,7 +131,7 @@ struct RemoteCartStoreTests {
     }
 
     @Test func releasingTheOnlyObserversOfACartNarrowsWhatIsReceivedAndTheOthersLoseNothing() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("a", "seed")
         await server.add("b", "seed")
         let store = RemoteCartStore(server: server.url, releaseCheckInterval: .milliseconds(200))
@@ -160,7 +160,7 @@ struct RemoteCartStoreTests {
     }
 
     @Test func anObserverAddedMidBurstGetsTheCurrentCartsThenLaterEventsOnly() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("k0", "seed")
         let store = RemoteCartStore(server: server.url)
         let early = Recorder()
@@ -186,7 +186,7 @@ struct RemoteCartStoreTests {
     }
 
     @Test func anObserverRemovedOrReleasedInItsCallbackGetsNothingAfter() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("a", "seed")
         let store = RemoteCartStore(server: server.url)
         let remover = Recorder(queue: DispatchQueue(label: "remover")) { recorder, store, count in
@@ -209,7 +209,7 @@ struct RemoteCartStoreTests {
     }
 
     @Test func aServerThatLostItsDataResyncsTheReplicaWithTheReason() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         for index in 0..<5 { await server.add("a", "s\(index)") }
         let store = RemoteCartStore(server: server.url)
         let recorder = Recorder()
@@ -233,7 +233,7 @@ struct RemoteCartStoreTests {
     }
 
     @Test func aPrunedLogResyncsTheReplicaWithTheReason() async throws {
-        let server = try ServerUnderTest(["--ring-size", "16"])
+        let server = try await ServerUnderTest(["--ring-size", "16"])
         await server.add("a", "seed")
         let store = RemoteCartStore(server: server.url)
         let recorder = Recorder()
@@ -252,7 +252,7 @@ struct RemoteCartStoreTests {
     }
 
     @Test func aRefusedTokenIsReportedOnceAndNotRetriedInALoop() async throws {
-        let server = try ServerUnderTest(["--token", "right"])
+        let server = try await ServerUnderTest(["--token", "right"])
         let store = RemoteCartStore(server: server.url, credentials: .token("wrong"))
         let recorder = Recorder()
         store.observers.add(recorder)
@@ -286,7 +286,7 @@ struct RemoteCartStoreTests {
     }
 
     @Test func updatesYieldTheStateThenEventsAndSayWhenTheConsumerFellBehind() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("a", "seed")
         let store = RemoteCartStore(server: server.url)
         var updates = store.updates(of: .only(["a"]), bufferLimit: 4).makeAsyncIterator()

@@ -17,7 +17,7 @@ struct RemotePresenceTests {
     /// its observer is released.
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func twoUsersSeeEachOtherJoinChangeStateAndLeave(transport: FanoutSubscription.Transport) async throws {
-        let server = try ServerUnderTest(["--jwt-secret", RemoteStoreTokenTests.secret], leaseTTL: 10)
+        let server = try await ServerUnderTest(["--jwt-secret", RemoteStoreTokenTests.secret], leaseTTL: 10)
         let annToken = try await RemoteStoreTokenTests.mint(["--sub", "ann", "--carts", "shared", "--scope", "read", "--ttl", "1h"])
         let bobToken = try await RemoteStoreTokenTests.mint(["--sub", "bob", "--carts", "shared", "--scope", "read", "--ttl", "1h"])
         let annStore = RemoteCartStore(
@@ -61,7 +61,7 @@ struct RemotePresenceTests {
     /// each one a new stream): the others end on the last one, and never see a leave.
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func quickStateChangesEndOnTheLastOneWithoutALeave(transport: FanoutSubscription.Transport) async throws {
-        let server = try ServerUnderTest(leaseTTL: 10)
+        let server = try await ServerUnderTest(leaseTTL: 10)
         let watcherStore = RemoteCartStore(server: server.url, presence: .init())
         let watcher = PresenceRecorder()
         watcherStore.observers.add(watcher, carts: .only(["shared"]))
@@ -85,7 +85,7 @@ struct RemotePresenceTests {
     /// A client process that stops (SIGSTOP: no close, no heartbeat) leaves at its lease's
     /// expiry, and the others are told why.
     @Test func aStoppedClientLeavesAtItsLeaseExpiry() async throws {
-        let server = try ServerUnderTest(leaseTTL: 2)
+        let server = try await ServerUnderTest(leaseTTL: 2)
         let store = RemoteCartStore(server: server.url, presence: .init())
         let seer = PresenceRecorder()
         store.observers.add(seer, carts: .only(["shared"]))
@@ -109,7 +109,7 @@ struct RemotePresenceTests {
     /// reconnects with its key within the lease: the others see no leave and no join.
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func aReconnectWithinTheLeaseShowsNoLeaveOrJoin(transport: FanoutSubscription.Transport) async throws {
-        let server = try ServerUnderTest(leaseTTL: 10)
+        let server = try await ServerUnderTest(leaseTTL: 10)
         let proxy = try SeveringProxy(upstreamPort: server.port)
         defer { proxy.closeAll() }
         let watcherStore = RemoteCartStore(server: server.url, presence: .init())
@@ -148,7 +148,7 @@ struct RemotePresenceTests {
     /// A store that follows every cart goes without presence, and says why; its carts are
     /// served as usual.
     @Test func presenceOnEveryCartIsUnavailableAndSaysWhy() async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("a", "seed")
         let store = RemoteCartStore(server: server.url, presence: .init())
         let everything = Recorder()
@@ -169,7 +169,7 @@ struct RemotePresenceTests {
     /// to its observers and to the view.
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func refusedPresenceLeavesTheCartsServedAndSaysWhy(transport: FanoutSubscription.Transport) async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("a", "seed")
         let tooLarge: PresenceState = ["note": .string(String(repeating: "x", count: PresenceLimits.maxStateBytes))]
         let store = RemoteCartStore(server: server.url, transport: transport, presence: .init(state: tooLarge))

@@ -14,7 +14,7 @@ struct RemoteStoreResilienceTests {
     /// closed, nobody was told, the state still said live, and `a`'s events never came again.
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func aForbiddenCartIsItsObserversRefusalAndTheOthersCarryOn(transport: FanoutSubscription.Transport) async throws {
-        let server = try ServerUnderTest(["--token", "operator", "--jwt-secret", RemoteStoreTokenTests.secret])
+        let server = try await ServerUnderTest(["--token", "operator", "--jwt-secret", RemoteStoreTokenTests.secret])
         let writer = CartServerAPI(baseURL: server.url, credentials: .token("operator"))
         _ = try await writer.addItem("seed", quantity: 1, unitPriceCents: 1, to: "a")
         let token = try await RemoteStoreTokenTests.mint(["--sub", "alice", "--carts", "a", "--scope", "read", "--ttl", "1h"])
@@ -46,7 +46,7 @@ struct RemoteStoreResilienceTests {
     /// server comes back: the store once stayed `reconnecting` for good.
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func interestThatChangesWhileTheServerIsDownIsServedOnceItIsBack(transport: FanoutSubscription.Transport) async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("a", "seed")
         await server.add("c", "seed")
         let store = RemoteCartStore(server: server.url, transport: transport)
@@ -64,7 +64,7 @@ struct RemoteStoreResilienceTests {
             if case .reconnecting(let problem) = store.connectionState { problem.isUnreachable } else { false }
         }
         #expect(unreachable, "states: \(first.record.withLockedValue { $0.states })")
-        try server.start()
+        try await server.start()
         await eventually(timeout: .seconds(20), "c loaded once the server is back") { second.isLoaded }
         await eventually("live again") { store.connectionState == .live }
         await server.add("a", "later")
@@ -75,7 +75,7 @@ struct RemoteStoreResilienceTests {
     /// A store refused for one cart, given an observer it may serve: it never says 401 with a
     /// valid token (an app signs its user out on 401).
     @Test func aRefusalIsNeverReportedAsAnotherOne() async throws {
-        let server = try ServerUnderTest(["--token", "operator", "--jwt-secret", RemoteStoreTokenTests.secret])
+        let server = try await ServerUnderTest(["--token", "operator", "--jwt-secret", RemoteStoreTokenTests.secret])
         let writer = CartServerAPI(baseURL: server.url, credentials: .token("operator"))
         _ = try await writer.addItem("seed", quantity: 1, unitPriceCents: 1, to: "a")
         let token = try await RemoteStoreTokenTests.mint(["--sub", "alice", "--carts", "a", "--scope", "read", "--ttl", "1h"])
@@ -101,7 +101,7 @@ struct RemoteStoreResilienceTests {
 struct RemoteStoreLifecycleTests {
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func closeTellsEveryObserverClosesTheConnectionAndCallsNobodyAfter(transport: FanoutSubscription.Transport) async throws {
-        let server = try ServerUnderTest()
+        let server = try await ServerUnderTest()
         await server.add("a", "seed")
         let store = RemoteCartStore(server: server.url, transport: transport)
         let recorder = Recorder(queue: DispatchQueue(label: "observer"))

@@ -22,11 +22,11 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
     let port: Int
 
     /// A server with `extra` arguments, heartbeating every `heartbeatInterval` seconds.
-    init(_ extra: [String] = [], heartbeatInterval: Double = 0.2, leaseTTL: Double = 2) throws {
+    init(_ extra: [String] = [], heartbeatInterval: Double = 0.2, leaseTTL: Double = 2) async throws {
         (database, cleanup) = try Mutations.temporaryDatabase()
         self.extra = extra
         timing = ["--heartbeat-interval", "\(heartbeatInterval)", "--lease-ttl", "\(leaseTTL)"]
-        let first = try ServerProcess(arguments: ["--port", "0", "--db", database] + timing + extra)
+        let first = try await ServerProcess(arguments: ["--port", "0", "--db", database] + timing + extra)
         port = first.port
         current = NIOLockedValueBox(first)
     }
@@ -44,7 +44,7 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
     func restart(with signal: Int32, database: String? = nil) async throws {
         process.signal(signal)
         _ = await process.waitForExit()
-        let next = try ServerProcess(
+        let next = try await ServerProcess(
             arguments: ["--port", "\(port)", "--db", database ?? self.database] + timing + extra)
         current.withLockedValue { $0 = next }
     }
@@ -59,7 +59,7 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
         for index in 0..<count { _ = try await direct.addItem(cartID: cart, sku: "s\(index)", quantity: 1, unitPriceCents: 1) }
         _ = try await direct.pruneEvents(keepingLast: keeping)
         try direct.close()
-        try start()
+        try await start()
     }
 
     func stop() async {
@@ -70,8 +70,8 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
 
     /// Starts the server again on the same port and database, after it was stopped by a
     /// signal of the test's own.
-    func start() throws {
-        let next = try ServerProcess(
+    func start() async throws {
+        let next = try await ServerProcess(
             arguments: ["--port", "\(port)", "--db", database, "--heartbeat-interval", "0.2", "--lease-ttl", "2"] + extra)
         current.withLockedValue { $0 = next }
     }

@@ -21,7 +21,7 @@ struct RemoteStoreTokenTests {
 
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func aProvidersFreshTokensCarryTheReplicaAcrossEachExpiry(transport: FanoutSubscription.Transport) async throws {
-        let server = try ServerUnderTest(["--token", "operator", "--jwt-secret", Self.secret])
+        let server = try await ServerUnderTest(["--token", "operator", "--jwt-secret", Self.secret])
         let writer = CartServerAPI(baseURL: server.url, credentials: .token("operator"))
         _ = try await writer.addItem("seed", quantity: 1, unitPriceCents: 1, to: "alice")
         let minted = NIOLockedValueBox(0)
@@ -55,7 +55,7 @@ struct RemoteStoreTokenTests {
     }
 
     @Test func aCartOutsideTheTokensClaimIsRefusedWithTheServersCode() async throws {
-        let server = try ServerUnderTest(["--jwt-secret", Self.secret])
+        let server = try await ServerUnderTest(["--jwt-secret", Self.secret])
         let alice = try await Self.mint(["--sub", "alice", "--carts", "alice", "--scope", "read", "--ttl", "1h"])
         let store = RemoteCartStore(server: server.url, credentials: .token(alice))
         let recorder = Recorder()

@@ -30,7 +30,7 @@ struct ServerProcessTests {
         let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path])
         let subscriber = TestSubscriber(port: server.port)
         try await subscriber.subscribe()
         await eventually("snapshot") { !subscriber.snapshots.isEmpty }
@@ -63,7 +63,7 @@ struct ServerProcessTests {
         let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let server = try ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path])
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path])
         let port = server.port
         let poll = Task {
             try await RawHTTP.exchange(
@@ -88,13 +88,13 @@ struct ServerProcessTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let database = directory.appending(path: "db.sqlite").path
 
-        let first = try ServerProcess(arguments: ["--port", "0", "--db", database])
+        let first = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         for index in 0..<5 { #expect(try await Self.post(port: first.port, cart: "c", sku: "a\(index)") == 200) }
         first.signal(SIGKILL)
         _ = await first.waitForExit()
 
         // The second on one event loop (`--threads 1`): everything it does runs there.
-        let second = try ServerProcess(arguments: ["--port", "0", "--db", database, "--threads", "1"])
+        let second = try await ServerProcess(arguments: ["--port", "0", "--db", database, "--threads", "1"])
         #expect(try Self.eventLoopThreads(of: second.process.processIdentifier) == 1)
         let resumed = TestSubscriber(port: second.port)
         try await resumed.subscribe(since: 3)
@@ -136,7 +136,7 @@ struct ServerProcessTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         // A lease far longer than the flood takes to read (bad messages renew no lease): on a
         // loaded machine the default 15 s lapsed first, and the test is of the answers' bound.
-        let server = try ServerProcess(arguments: [
+        let server = try await ServerProcess(arguments: [
             "--port", "0", "--db", directory.appending(path: "db.sqlite").path, "--lease-ttl", "300",
         ])
         let pid = server.process.processIdentifier
@@ -185,7 +185,7 @@ struct ServerProcessTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let limit = 200
-        let server = try ServerProcess(
+        let server = try await ServerProcess(
             arguments: [
                 "--port", "0", "--db", directory.appending(path: "db.sqlite").path, "--lease-ttl", "300", "--max-subscribers", "1000",
             ],
@@ -257,7 +257,7 @@ struct ServerProcessTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let secret = "a process test secret of at least 32 bytes"
-        let server = try ServerProcess(arguments: [
+        let server = try await ServerProcess(arguments: [
             "--port", "0", "--db", directory.appending(path: "db.sqlite").path, "--token", "operator", "--jwt-secret", secret,
         ])
         let minted = try await runToExit(

@@ -149,7 +149,10 @@ struct SlowConsumerTests {
         try await withServer(
             {
                 $0.ringSize = 5_000
-                $0.leaseTTL = .seconds(60)
+                // The paused client sends no heartbeat, so its lease must outlast the whole test:
+                // on a loaded machine the 2 000 writes took over a minute, and a 60 s lease ended
+                // it as `leaseExpired` before it read (the lease is not this test's subject).
+                $0.leaseTTL = .seconds(3_600)
                 $0.heartbeatInterval = .seconds(30)
             }, store: store
         ) { port, server in
@@ -174,7 +177,7 @@ struct SlowConsumerTests {
                 guard case .event(let event) = try? decoder.decode(ServerMessage.self, from: data) else { return nil }
                 return event.seq
             }
-            #expect(seqs == Array(1...Int64(written)))
+            #expect(seqs == Array(1...Int64(written)), "\(server.hub.stats)")
             #expect(server.hub.stats.slowConsumerDrops == 0)
             #expect(server.hub.stats.liveSubscribers == 1)
         }

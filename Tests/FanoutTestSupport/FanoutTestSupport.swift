@@ -72,9 +72,12 @@ public final class ServerProcess {
     private let stderr = Pipe()
     private let errors = NIOLockedValueBox(Data())
 
+    /// Starts it and waits (on a thread of its own, never one of the concurrency pool's) for
+    /// the line that says where it listens.
+    ///
     /// - Parameter openFilesLimit: started under this limit of open files (soft and hard, as
     ///   `ulimit -n` sets them), through `/bin/sh`.
-    public init(arguments: [String], openFilesLimit: Int? = nil) throws {
+    public init(arguments: [String], openFilesLimit: Int? = nil) async throws {
         let server = Self.executable("fanout-server")
         if let openFilesLimit {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
@@ -95,14 +98,19 @@ public final class ServerProcess {
             }
         }
         try process.run()
-        // The first line is always "listening on http://HOST:PORT".
-        var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
-            let chunk = stdout.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            line.append(chunk)
+        // The first line is always "listening on http://HOST:PORT". Read with blocking calls: on
+        // a thread of its own, since a pool thread held here (there are as many as cores) starved
+        // every other test's client and in-process server while a loaded machine started this one.
+        let output = stdout.fileHandleForReading
+        let text = try await onThreadOfItsOwn {
+            var line = Data()
+            while !line.contains(UInt8(ascii: "\n")) {
+                let chunk = output.availableData
+                if chunk.isEmpty { break }
+                line.append(chunk)
+            }
+            return String(decoding: line, as: UTF8.self)
         }
-        let text = String(decoding: line, as: UTF8.self)
         guard text.hasPrefix("listening on http://"),
             let port = text.split(separator: ":").last.flatMap({ Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) })
         else {
@@ -110,6 +118,13 @@ public final class ServerProcess {
             throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "unexpected first line: \(text)"])
         }
         self.port = port
+    }
+
+    /// `count` servers with the same arguments, started one after another.
+    public static func start(_ count: Int, arguments: [String]) async throws -> [ServerProcess] {
+        var servers: [ServerProcess] = []
+        for _ in 0..<count { servers.append(try await ServerProcess(arguments: arguments)) }
+        return servers
     }
 
     public func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
