@@ -55,7 +55,8 @@ enum Schemathesis {
         let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-contract-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let server = try await ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path] + serverArguments)
+        let server = try await ServerProcess(
+            arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path] + serverArguments)
         let base = "http://127.0.0.1:\(server.port)"
 
         let report = directory.appending(path: "schemathesis.txt")

@@ -24,7 +24,8 @@ struct PresenceNodesTests {
         let database = try await postgres.makeDatabase(named: "presence")
         // The watchers' leases are not this test's subject (a node's members leave by the node's
         // own lease in the database): long enough that a loaded machine never ends a watcher.
-        let nodes = try await ServerProcess.start(3, arguments: ["--port", "0", "--db", database, "--heartbeat-interval", "0.2", "--lease-ttl", "30"])
+        let nodes = try await ServerProcess.start(
+            3, arguments: ["--port", "0", "--db", database, "--heartbeat-interval", "0.2", "--lease-ttl", "30"])
         let ports = nodes.map(\.port)
         let watchers = ports.enumerated().map { node, port in PresenceClient(port: port, cart: "shared", key: "w\(node)") }
         let everyone: Set<String> = ["w0", "w1", "w2"]

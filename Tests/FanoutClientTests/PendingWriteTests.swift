@@ -31,7 +31,7 @@ struct PendingWriteTests {
         #expect(store.pendingWrites.count == 20)
 
         try await server.start()
-        await eventually(timeout: .seconds(30), "every write confirmed or refused") { store.pendingWrites.isEmpty }
+        await eventually("every write confirmed or refused", store: store, server: server) { store.pendingWrites.isEmpty }
         var seqs: [Int64] = []
         for (index, write) in writes.enumerated() {
             switch await store.outcome(of: write) {

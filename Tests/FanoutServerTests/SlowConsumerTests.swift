@@ -169,9 +169,18 @@ struct SlowConsumerTests {
             #expect(server.hub.stats.slowConsumerDrops == 0)
             let decoder = FanoutJSON.decoder()
             let messages = try await onThreadOfItsOwn {
-                // The welcome, then the events; 30 s of quiet at most (a busy CI machine once
-                // paused the server for more than 10 s before the last two).
-                try paused.readMessages(quiet: .seconds(30)) { messages in messages.count >= 1 + written }
+                // Until every event has come (the welcome and the server's heartbeats come too: on
+                // a loaded machine the test outlasts the 30 s heartbeat interval, and counting
+                // messages stopped it two events short, one per heartbeat), or 30 s of quiet.
+                var events = 0
+                var counted = 0
+                return try paused.readMessages(quiet: .seconds(30)) { messages in
+                    for message in messages[counted...] {
+                        if case .event = try? decoder.decode(ServerMessage.self, from: message) { events += 1 }
+                    }
+                    counted = messages.count
+                    return events >= written
+                }
             }
             let seqs = messages.compactMap { data -> Int64? in
                 guard case .event(let event) = try? decoder.decode(ServerMessage.self, from: data) else { return nil }
