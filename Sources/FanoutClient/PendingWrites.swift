@@ -12,6 +12,23 @@ public enum WriteOutcome: Sendable {
     case unknown
 }
 
+/// What the task that sends a store's pending writes is doing: said by `debugDescription`.
+enum WriteSending: Sendable, CustomStringConvertible {
+    case idle
+    /// Sending write `id`, since `since`.
+    case sending(id: String, since: ContinuousClock.Instant)
+    /// Waiting before it sends again, after `failures` failed tries (the last: `error`).
+    case pausing(failures: Int, error: String)
+
+    var description: String {
+        switch self {
+        case .idle: "idle"
+        case .sending(let id, let since): "sending \(id) for \(since.duration(to: .now))"
+        case .pausing(let failures, let error): "pausing after \(failures) failed tries (\(error))"
+        }
+    }
+}
+
 /// The replica's writes that the server has not confirmed, in the order they were made.
 struct PendingWrites {
     struct Entry {
@@ -22,6 +39,8 @@ struct PendingWrites {
     }
 
     private(set) var entries: [Entry] = []
+    /// What the sending task does now.
+    var sending = WriteSending.idle
     /// The outcomes of the last writes that ended, oldest first (at most `rememberedOutcomes`).
     private var outcomes: [String: WriteOutcome] = [:]
     private var outcomeOrder: [String] = []
@@ -109,6 +128,11 @@ extension Replica {
         state.pending.append(write)
         file?.addPending(write)
         tellPending(of: write.cartID, observers: observers)
+    }
+
+    /// What the sending task does now.
+    func sending(_ sending: WriteSending) {
+        lock.withLock { state.pending.sending = sending }
     }
 
     /// The next write to send, in the order they were made.

@@ -183,7 +183,7 @@ extension RemoteCartStore: CustomDebugStringConvertible {
             return "RemoteCartStore(\(server.baseURL.absoluteString), connection \(state.connection), loop \(loop), "
                 + "observers want \(wanted.map(Self.describe) ?? "nothing"), "
                 + "held \(state.covered.map(Self.describe) ?? "nothing")\(state.loaded ? " at seq \(state.seq)" : " (not loaded)")"
-                + "\(state.fromCache ? " from the cache file" : ""), \(state.pending.entries.count) pending writes, "
+                + "\(state.fromCache ? " from the cache file" : ""), \(state.pending.entries.count) pending writes (\(state.pending.sending)), "
                 + "refused \(state.refused.keys.sorted()), cache \(cacheState)\(state.closed ? ", closed" : ""))"
         }
     }
@@ -355,12 +355,14 @@ extension RemoteCartStore {
     /// backoff and sends the same write again, with the same key; a refusal ends it.
     private static func sendPendingWrites(replica: Replica, api: CartServerAPI, observers: Observers, lifetime: Duration) async {
         var failures = 0
+        defer { replica.sending(.idle) }
         while !Task.isCancelled, let write = replica.nextPendingWrite {
             let age = Date().timeIntervalSince(write.madeAt)
             if age > Double(lifetime.components.seconds) + Double(lifetime.components.attoseconds) / 1e18 {
                 replica.rejected(write.id, because: .pendingWriteExpired(write.madeAt), observers: observers)
                 continue
             }
+            replica.sending(.sending(id: write.id, since: .now))
             do {
                 let answer = try await api.write(
                     write.write, to: write.cartID, expectedVersion: write.expectedVersion, idempotencyKey: write.id)
@@ -371,6 +373,7 @@ extension RemoteCartStore {
                 replica.rejected(write.id, because: error, observers: observers)
             } catch {
                 failures += 1
+                replica.sending(.pausing(failures: failures, error: "\(error)"))
                 try? await Task.sleep(for: FanoutSubscription.backoff(failures: failures))
             }
         }

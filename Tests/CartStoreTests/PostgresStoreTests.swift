@@ -494,14 +494,22 @@ extension PostgresStoreTests {
     /// answer in time, as a client retrying would.
     func answeringWithinTheDefaultDeadline(_ url: String) async throws -> CartStore {
         let store = NIOLockedValueBox<CartStore?>(nil)
-        await eventually("a store whose database answers within \(PostgresCartStore.defaultDeadline)") {
-            if store.withLockedValue({ $0 }) == nil,
-                let opened = try? await PostgresCartStore.running(url: url, deadline: PostgresCartStore.defaultDeadline)
-            {
-                store.withLockedValue { $0 = opened }
+        let lastError = NIOLockedValueBox<(any Error)?>(nil)
+        await eventually(
+            "a store whose database answers within \(PostgresCartStore.defaultDeadline)",
+            explaining: { "last error: \(lastError.withLockedValue { $0 }.map { "\($0)" } ?? "none")" }
+        ) {
+            do {
+                if store.withLockedValue({ $0 }) == nil {
+                    let opened = try await PostgresCartStore.running(url: url, deadline: PostgresCartStore.defaultDeadline)
+                    store.withLockedValue { $0 = opened }
+                }
+                try await store.withLockedValue({ $0 })?.checkWritable()
+                return true
+            } catch {
+                lastError.withLockedValue { $0 = error }
+                return false
             }
-            guard let opened = store.withLockedValue({ $0 }) else { return false }
-            return (try? await opened.checkWritable()) != nil
         }
         return try #require(store.withLockedValue { $0 })
     }
