@@ -58,6 +58,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         // Per-user signed tokens (HS256 secret, or PEM/JWKS public keys): verified, never by hand.
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
+        // The tests' clock (`TestClock`): time they advance instead of waiting for it.
+        .package(url: "https://github.com/pointfreeco/swift-clocks", from: "1.1.1"),
         // `swift package generate-documentation`: DocC for CartStore and FanoutClient (.ci/run
         // builds it, warnings as errors). Used by no target, so never resolved by an app.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
@@ -214,6 +216,7 @@ let package = Package(
             name: "FanoutClientTests",
             dependencies: [
                 "FanoutClient", "fanout-client", "FanoutTestSupport", "FanoutServer", "CartStore",
+                serverOnly("Clocks", "swift-clocks"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

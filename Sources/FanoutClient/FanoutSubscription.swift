@@ -102,17 +102,19 @@ public struct FanoutSubscription: Sendable {
         reconsider: AsyncStream<Void>,
         handle: @escaping @Sendable (Update) async throws -> Void
     ) async throws {
-        try await run(plan: plan, wakeUps: WakeUps(reconsider), presenceStates: nil, handle: handle)
+        try await run(plan: plan, wakeUps: WakeUps(reconsider), presenceStates: nil, clock: ContinuousClock(), handle: handle)
     }
 
     /// `run`, woken by `wakeUps` (a `RemoteCartStore` wakes it when its `SubscriptionDemand`
     /// says so), with the presence state changing while a connection is open: each change is
     /// sent on a WebSocket, and an event stream is replaced by one with the new state (see
-    /// `PresenceStates`).
+    /// `PresenceStates`). The pause before each new attempt is slept on `clock` (heartbeats and
+    /// the server's silence keep wall time: the server's lease does).
     func run(
         plan: @Sendable () async throws -> Plan?,
         wakeUps: WakeUps,
         presenceStates: PresenceStates?,
+        clock: any Clock<Duration>,
         handle: @escaping @Sendable (Update) async throws -> Void
     ) async throws {
         let consumer = handle
@@ -188,7 +190,7 @@ public struct FanoutSubscription: Sendable {
                 try await consumer(.disconnected(ConnectionProblem.of(failure), retryIn: pause))
             }
             let wait = pause
-            _ = try? await wakeUps.interrupting { try await Task.sleep(for: wait) }
+            _ = try? await wakeUps.interrupting { try await clock.sleep(for: wait) }
         }
     }
 

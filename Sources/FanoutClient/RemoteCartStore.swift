@@ -62,10 +62,24 @@ public final class RemoteCartStore: CartSource {
     ///     `--idempotency-keys-ttl` (24 h), past which a repeat could no longer be told apart.
     ///   - presence: to be present on the carts the observers follow, and to follow who else is
     ///     (`CartObserver.cartSource(_:didChangePresence:of:change:)`); nil: neither.
-    public init(
+    public convenience init(
         server: URL, transport: FanoutSubscription.Transport = .webSocket, credentials: Credentials = .none,
         releaseCheckInterval: Duration = .milliseconds(500), cacheFile: URL? = nil, pendingWriteLifetime: Duration = .seconds(23 * 3_600),
         presence: Presence? = nil
+    ) {
+        self.init(
+            server: server, transport: transport, credentials: credentials, releaseCheckInterval: releaseCheckInterval,
+            cacheFile: cacheFile,
+            pendingWriteLifetime: pendingWriteLifetime, presence: presence, clock: ContinuousClock())
+    }
+
+    /// The store, its own waits measured on `clock`: the release check, the pause before the
+    /// subscription tries again, the pause before a write is sent again. Tests pass a clock
+    /// they advance; heartbeats keep wall time (the server's lease does).
+    package init(
+        server: URL, transport: FanoutSubscription.Transport = .webSocket, credentials: Credentials = .none,
+        releaseCheckInterval: Duration = .milliseconds(500), cacheFile: URL? = nil, pendingWriteLifetime: Duration = .seconds(23 * 3_600),
+        presence: Presence? = nil, clock: any Clock<Duration>
     ) {
         presenceKey = presence?.key
         let presenceStates = presence.map { PresenceStates($0.state) }
@@ -95,17 +109,18 @@ public final class RemoteCartStore: CartSource {
                     }
                     return plan
                 },
-                wakeUps: replica.wakeUps, presenceStates: presenceStates,
+                wakeUps: replica.wakeUps, presenceStates: presenceStates, clock: clock,
                 handle: { update in try replica.take(update, observers: observers) })
         }
         let send = Task<Void, Never> {
             for await _ in wakeUps {
-                await Self.sendPendingWrites(replica: replica, api: api, observers: observers, lifetime: pendingWriteLifetime)
+                await Self.sendPendingWrites(
+                    replica: replica, api: api, observers: observers, lifetime: pendingWriteLifetime, clock: clock)
             }
         }
         let sweep = Task {
             while !Task.isCancelled {
-                try? await Task.sleep(for: releaseCheckInterval)
+                try? await clock.sleep(for: releaseCheckInterval)
                 replica.reconsider(observers)
             }
         }
@@ -353,7 +368,9 @@ extension RemoteCartStore {
     /// Sends the pending writes in order until none is left to send: a failure that retrying
     /// may cure (no connection, a server error or overload, an expired token) waits with
     /// backoff and sends the same write again, with the same key; a refusal ends it.
-    private static func sendPendingWrites(replica: Replica, api: CartServerAPI, observers: Observers, lifetime: Duration) async {
+    private static func sendPendingWrites(
+        replica: Replica, api: CartServerAPI, observers: Observers, lifetime: Duration, clock: any Clock<Duration>
+    ) async {
         var failures = 0
         defer { replica.sending(.idle) }
         while !Task.isCancelled, let write = replica.nextPendingWrite {
@@ -374,7 +391,7 @@ extension RemoteCartStore {
             } catch {
                 failures += 1
                 replica.sending(.pausing(failures: failures, error: "\(error)"))
-                try? await Task.sleep(for: FanoutSubscription.backoff(failures: failures))
+                try? await clock.sleep(for: FanoutSubscription.backoff(failures: failures))
             }
         }
     }

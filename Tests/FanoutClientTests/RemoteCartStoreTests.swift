@@ -1,4 +1,5 @@
 import CartStore
+import Clocks
 import Dispatch
 import FanoutClient
 import FanoutTestSupport
@@ -100,12 +101,20 @@ struct RemoteCartStoreTests {
         #expect(released == nil, "the store holds its observers weakly")
     }
 
-    @Test func releasingEveryObserverClosesTheConnection() async throws {
+    /// The release check runs on the store's clock: a released observer is seen at the next
+    /// check, not before, and its connection then closes.
+    @Test func releasingEveryObserverClosesTheConnectionAtTheNextReleaseCheck() async throws {
         let server = try await ServerUnderTest()
         await server.add("a", "seed")
-        let store = RemoteCartStore(server: server.url, releaseCheckInterval: .milliseconds(500))
+        let clock = TestClock()
+        let store = RemoteCartStore(server: server.url, releaseCheckInterval: .seconds(10), clock: clock)
         try await Self.observeThenRelease("a", of: store, on: server)
-        await eventually(timeout: .seconds(10), "the subscriber leaves the server") { await server.subscribers() == 0 }
+        await eventually("the release check waits on the store's clock") { await Self.isWaiting(on: clock) }
+        await clock.advance(by: .seconds(9))
+        #expect(store.replica.loopState == .following(.only(["a"])), "released, but not looked for before the check")
+        #expect(await server.subscribers() == 1)
+        await clock.advance(by: .seconds(1))
+        await eventually("the subscriber leaves the server", store: store, server: server) { await server.subscribers() == 0 }
         // The server may see the connection close a moment before the store says so.
         await eventually("the store idle") { store.connectionState == .idle }
         #expect(store.cart("a") == nil)
@@ -115,6 +124,44 @@ struct RemoteCartStoreTests {
         store.observers.add(again, carts: .only(["a"]))
         await eventually("loaded again") { again.isLoaded }
         #expect(again.record.withLockedValue { $0.loaded?.first?.version } == 1)
+        await server.stop()
+    }
+
+    /// Whether something sleeps on `clock` now.
+    static func isWaiting(on clock: TestClock<Duration>) async -> Bool {
+        do {
+            try await clock.checkSuspension()
+            return false
+        } catch {
+            return true
+        }
+    }
+
+    /// The pause before the subscription tries again runs on the store's clock: a server back
+    /// up is not reached before the pause has passed, and is at once when it has.
+    @Test func aStoreTriesAgainWhenItsPauseHasPassedOnItsClock() async throws {
+        let server = try await ServerUnderTest()
+        await server.add("a", "seed")
+        server.process.signal(SIGTERM)
+        _ = await server.process.waitForExit()
+        let clock = TestClock()
+        let store = RemoteCartStore(server: server.url, releaseCheckInterval: .seconds(86_400), clock: clock)
+        let recorder = Recorder()
+        store.observers.add(recorder, carts: .only(["a"]))
+        await eventually("the first attempt failed", store: store, server: nil) {
+            if case .reconnecting = store.connectionState { true } else { false }
+        }
+        try await server.start()
+        #expect(await server.subscribers() == 0, "the store pauses on its clock, which has not moved")
+        #expect(!recorder.isLoaded)
+        // Past the longest pause (5 s), as often as it takes the loop to be asleep on the clock.
+        await eventually("live once the pause has passed", store: store, server: server) {
+            await clock.advance(by: .seconds(5))
+            return store.connectionState == .live
+        }
+        await eventually("loaded", store: store, server: server) { recorder.isLoaded }
+        #expect(recorder.record.withLockedValue { $0.loaded?.first?.version } == 1)
+        await store.close()
         await server.stop()
     }
 

@@ -1,5 +1,6 @@
 import FanoutProtocol
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -20,23 +21,38 @@ enum HTTPExchange {
     static func send(
         _ method: HTTPMethod, _ url: URL, headers extra: [(String, String)], body: [UInt8]?
     ) async throws -> (status: Int, body: [UInt8]) {
-        try await Deadline.race(
+        let phase = NIOLockedValueBox(Phase.connecting)
+        return try await Deadline.race(
             until: .now + timeout,
-            expired: { RemoteStoreError.unreachable("no answer from \(url.host ?? "the server") within \(timeout)") }
+            expired: {
+                RemoteStoreError.unreachable(
+                    "no answer from \(url.host ?? "the server") within \(timeout) (\(method) \(url.path): \(phase.withLockedValue { $0 }))")
+            }
         ) {
-            try await exchange(method, url, headers: extra, body: body)
+            try await exchange(method, url, headers: extra, body: body, phase: phase)
         }
+    }
+
+    /// How far an exchange got: said when it runs out of time.
+    enum Phase: String, CustomStringConvertible {
+        case connecting = "connecting"
+        case sending = "connected, sending the request"
+        case awaitingAnswer = "request sent, no answer yet"
+        case readingAnswer = "reading the answer"
+
+        var description: String { rawValue }
     }
 
     /// How long a request may take, answer included.
     static let timeout: Duration = .seconds(30)
 
     private static func exchange(
-        _ method: HTTPMethod, _ url: URL, headers extra: [(String, String)], body: [UInt8]?
+        _ method: HTTPMethod, _ url: URL, headers extra: [(String, String)], body: [UInt8]?, phase: NIOLockedValueBox<Phase>
     ) async throws -> (status: Int, body: [UInt8]) {
         let endpoint = try Endpoint(url)
         let (host, port) = (endpoint.host, endpoint.port)
         let channel = try await endpoint.connectHTTP()
+        phase.withLockedValue { $0 = .sending }
         var headers = HTTPHeaders([("Host", endpoint.hostHeader), ("Connection", "close")] + extra)
         if let body { headers.add(name: "Content-Length", value: "\(body.count)") }
         let target = Endpoint.target(of: url)
@@ -54,12 +70,14 @@ enum HTTPExchange {
                 } catch {
                     writeFailure = error
                 }
+                phase.withLockedValue { $0 = .awaitingAnswer }
                 var status = 0
                 var answer: [UInt8] = []
                 for try await part in inbound {
                     switch part {
                     case .head(let head):
                         status = Int(head.status.code)
+                        phase.withLockedValue { $0 = .readingAnswer }
                     case .body(let buffer):
                         guard answer.count + buffer.readableBytes <= maxBody else {
                             throw RemoteStoreError.unexpectedAnswer("an answer over \(maxBody) bytes")
