@@ -194,10 +194,14 @@ let package = Package(
             dependencies: ["FanoutClient"],
             path: "Tests/RemoteStoreProbe"
         ),
+        // The test bundle's bound on how many tests run at once (4): set before Swift Testing starts.
+        .target(name: "TestParallelism", path: "Tests/TestParallelism"),
         // Helpers shared by the test targets.
         .target(
             name: "FanoutTestSupport",
-            dependencies: ["CartStore", "CartStorePostgres", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
+            dependencies: [
+                "CartStore", "CartStorePostgres", "TestParallelism", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
             path: "Tests/FanoutTestSupport"
         ),
         .testTarget(name: "FanoutProtocolTests", dependencies: ["FanoutProtocol"]),

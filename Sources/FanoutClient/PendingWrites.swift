@@ -15,15 +15,16 @@ public enum WriteOutcome: Sendable {
 /// What the task that sends a store's pending writes is doing: said by `debugDescription`.
 enum WriteSending: Sendable, CustomStringConvertible {
     case idle
-    /// Sending write `id`, since `since`.
-    case sending(id: String, since: ContinuousClock.Instant)
+    /// Sending write `id`, since `since`, after `failures` failed tries (the last: `error`).
+    case sending(id: String, since: ContinuousClock.Instant, failures: Int, error: String?)
     /// Waiting before it sends again, after `failures` failed tries (the last: `error`).
     case pausing(failures: Int, error: String)
 
     var description: String {
         switch self {
         case .idle: "idle"
-        case .sending(let id, let since): "sending \(id) for \(since.duration(to: .now))"
+        case .sending(let id, let since, let failures, let error):
+            "sending \(id) for \(since.duration(to: .now))\(failures > 0 ? " after \(failures) failed tries (\(error ?? ""))" : "")"
         case .pausing(let failures, let error): "pausing after \(failures) failed tries (\(error))"
         }
     }

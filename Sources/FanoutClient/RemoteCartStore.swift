@@ -198,7 +198,7 @@ extension RemoteCartStore: CustomDebugStringConvertible {
             return "RemoteCartStore(\(server.baseURL.absoluteString), connection \(state.connection), loop \(loop), "
                 + "observers want \(wanted.map(Self.describe) ?? "nothing"), "
                 + "held \(state.covered.map(Self.describe) ?? "nothing")\(state.loaded ? " at seq \(state.seq)" : " (not loaded)")"
-                + "\(state.fromCache ? " from the cache file" : ""), \(state.pending.entries.count) pending writes (\(state.pending.sending)), "
+                + "\(state.fromCache ? " from the cache file" : ""), \(state.pending.entries.count) pending writes (\(state.pending.entries.filter { $0.answeredSeq != nil }.count) answered, awaiting their events; sender \(state.pending.sending)), "
                 + "refused \(state.refused.keys.sorted()), cache \(cacheState)\(state.closed ? ", closed" : ""))"
         }
     }
@@ -372,6 +372,7 @@ extension RemoteCartStore {
         replica: Replica, api: CartServerAPI, observers: Observers, lifetime: Duration, clock: any Clock<Duration>
     ) async {
         var failures = 0
+        var lastError: String?
         defer { replica.sending(.idle) }
         while !Task.isCancelled, let write = replica.nextPendingWrite {
             let age = Date().timeIntervalSince(write.madeAt)
@@ -379,17 +380,20 @@ extension RemoteCartStore {
                 replica.rejected(write.id, because: .pendingWriteExpired(write.madeAt), observers: observers)
                 continue
             }
-            replica.sending(.sending(id: write.id, since: .now))
+            replica.sending(.sending(id: write.id, since: .now, failures: failures, error: lastError))
             do {
                 let answer = try await api.write(
                     write.write, to: write.cartID, expectedVersion: write.expectedVersion, idempotencyKey: write.id)
                 failures = 0
+                lastError = nil
                 replica.answered(write.id, seq: answer.seq, observers: observers)
             } catch let error as RemoteStoreError where !error.isWorthRetrying {
                 failures = 0
+                lastError = nil
                 replica.rejected(write.id, because: error, observers: observers)
             } catch {
                 failures += 1
+                lastError = "\(error)"
                 replica.sending(.pausing(failures: failures, error: "\(error)"))
                 try? await clock.sleep(for: FanoutSubscription.backoff(failures: failures))
             }

@@ -48,6 +48,7 @@ func buildApplication(
     storeService: (any Service)? = nil,
     presenceSharing: (any PresenceSharing & Service)? = nil,
     logger: Logger,
+    eventLoopGroup: EventLoopGroupProvider = .singleton,
     onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws -> FanoutServerApp {
     let metrics = ServerMetrics()
@@ -116,6 +117,7 @@ func buildApplication(
         onServerRunning: { channel in
             await onServerRunning(channel.localAddress?.port ?? configuration.port)
         },
+        eventLoopGroupProvider: eventLoopGroup,
         logger: logger)
     return FanoutServerApp(application: application, hub: hub, store: store, logger: logger, metrics: metrics)
 }

@@ -8,9 +8,12 @@ import Testing
 @Suite("Pending writes", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)))
 struct PendingWriteTests {
     @Test func writesMadeWhileTheServerIsDownShowAtOnceThenReachItInOrder() async throws {
+        let started = ContinuousClock.now
         let (server, store, recorder) = try await Self.following("p")
+        let following = started.duration(to: .now)
         server.process.signal(SIGTERM)
-        _ = await server.process.waitForExit()
+        let exit = await server.process.waitForExit()
+        let stopped = started.duration(to: .now)
 
         var writes: [PendingWrite] = []
         var expected = try #require(store.cart("p"))
@@ -31,7 +34,14 @@ struct PendingWriteTests {
         #expect(store.pendingWrites.count == 20)
 
         try await server.start()
-        await eventually("every write confirmed or refused", store: store, server: server) { store.pendingWrites.isEmpty }
+        let restarted = started.duration(to: .now)
+        await eventually(
+            "every write confirmed or refused",
+            explaining: {
+                "following after \(following), stopped (status \(exit)) after \(stopped), restarted after \(restarted)\n"
+                    + (await explain(store: store, server: server))
+            }
+        ) { store.pendingWrites.isEmpty }
         var seqs: [Int64] = []
         for (index, write) in writes.enumerated() {
             switch await store.outcome(of: write) {

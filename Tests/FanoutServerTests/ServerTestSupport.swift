@@ -8,11 +8,17 @@ import HummingbirdWSClient
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOPosix
 import NIOWebSocket
 import Synchronization
 import Testing
 
 @testable import FanoutServer
+
+/// The event loops of the tests' in-process servers: theirs alone, apart from the singleton that
+/// the clients in this process (FanoutClient, WebSocket and HTTP test clients, PostgresNIO) use,
+/// so that one test's burst through its server never queues another test's client behind it.
+let inProcessServerLoops = MultiThreadedEventLoopGroup(numberOfThreads: 2)
 
 /// A server on port 0 over an in-memory (or given) store, for one test.
 func withServer<T: Sendable>(
@@ -30,7 +36,8 @@ func withServer<T: Sendable>(
     var quiet = Logger(label: "fanout-test")
     quiet.logLevel = .warning
     let server = try await buildApplication(
-        configuration: configuration, store: try store ?? CartStore.inMemory(), logger: logger ?? quiet)
+        configuration: configuration, store: try store ?? CartStore.inMemory(), logger: logger ?? quiet,
+        eventLoopGroup: .shared(inProcessServerLoops))
     return try await server.application.test(.live) { client in
         try await body(try #require(client.port), server)
     }

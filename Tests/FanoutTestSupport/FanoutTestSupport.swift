@@ -26,9 +26,15 @@ public func eventually(
     _ condition: () async throws -> Bool
 ) async rethrows -> Bool {
     let deadline = ContinuousClock.now + timeout
+    // 5 ms at first, doubling to 100 ms: a condition that holds soon is seen soon, and the
+    // dozens of waits a full run has open at once do not keep Swift concurrency's two threads
+    // busy polling (at 5 ms each, they delayed every other test's tasks: a client's 20 writes
+    // took over 30 s in the full suite and under a second alone).
+    var pause = Duration.milliseconds(5)
     while ContinuousClock.now < deadline, !Task.isCancelled {
         if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(5))
+        try? await Task.sleep(for: pause)
+        pause = min(pause * 2, .milliseconds(100))
     }
     let explanation = await explaining()
     Issue.record(

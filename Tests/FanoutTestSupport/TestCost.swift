@@ -1,4 +1,5 @@
 import Foundation
+import TestParallelism
 import Testing
 
 extension Tag {
@@ -22,3 +23,7 @@ extension Trait where Self == ConditionTrait {
         .disabled(if: fastTestsOnly, "FANOUT_FAST_TESTS is set: this suite starts processes, PostgreSQL or a browser")
     }
 }
+
+/// How many tests this bundle runs at once: 4 (Tests/TestParallelism), unless
+/// `SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH` says otherwise.
+public let testParallelismWidth = Int(fanout_test_parallelism_width())

@@ -23,6 +23,18 @@ struct Endpoint: Sendable {
         port = url.port ?? (tls ? 443 : 80)
     }
 
+    /// Connects with `bootstrap`: straight to the address when the host is one (nothing to look
+    /// up: no resolver, whose lookups queue on a dispatch queue behind the process's other
+    /// work), else by name.
+    func connect<Output: Sendable>(
+        _ bootstrap: ClientBootstrap, _ initializer: @escaping @Sendable (any Channel) -> EventLoopFuture<Output>
+    ) async throws -> Output {
+        if let address = try? SocketAddress(ipAddress: host, port: port) {
+            return try await bootstrap.connect(to: address, channelInitializer: initializer)
+        }
+        return try await bootstrap.connect(host: host, port: port, channelInitializer: initializer)
+    }
+
     /// `Host` header value.
     var hostHeader: String { "\(host):\(port)" }
 
@@ -48,14 +60,13 @@ struct Endpoint: Sendable {
     /// - Throws: `RemoteStoreError.unreachable` when no connection could be made within 5 s.
     func connectHTTP() async throws -> NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart> {
         do {
-            return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
-                .connect(host: host, port: port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try secure(channel)
-                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
-                    }
+            return try await connect(ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try secure(channel)
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                    return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
                 }
+            }
         } catch {
             throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
         }

@@ -34,27 +34,28 @@ struct WebSocketLink {
         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: Endpoint.target(of: url), headers: headers)
         let upgrade: EventLoopFuture<Upgrade>
         do {
-            upgrade = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5))
-                .connect(host: host, port: port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try endpoint.secure(channel)
-                        let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(maxFrameSize: maxMessageSize) { channel, _ in
-                            channel.eventLoop.makeCompletedFuture {
-                                .upgraded(try NIOAsyncChannel(wrappingChannelSynchronously: channel))
-                            }
+            upgrade = try await endpoint.connect(ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connectTimeout(.seconds(5)))
+            {
+                channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try endpoint.secure(channel)
+                    let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(maxFrameSize: maxMessageSize) { channel, _ in
+                        channel.eventLoop.makeCompletedFuture {
+                            .upgraded(try NIOAsyncChannel(wrappingChannelSynchronously: channel))
                         }
-                        var configuration = NIOUpgradableHTTPClientPipelineConfiguration(
-                            upgradeConfiguration: NIOTypedHTTPClientUpgradeConfiguration(
-                                upgradeRequestHead: head, upgraders: [upgrader],
-                                notUpgradingCompletionHandler: { channel in
-                                    channel.close(promise: nil)
-                                    return channel.eventLoop.makeSucceededFuture(.refused)
-                                }))
-                        // The server may send its welcome in the same read as its 101 answer.
-                        configuration.leftOverBytesStrategy = .forwardBytes
-                        return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(configuration: configuration)
                     }
+                    var configuration = NIOUpgradableHTTPClientPipelineConfiguration(
+                        upgradeConfiguration: NIOTypedHTTPClientUpgradeConfiguration(
+                            upgradeRequestHead: head, upgraders: [upgrader],
+                            notUpgradingCompletionHandler: { channel in
+                                channel.close(promise: nil)
+                                return channel.eventLoop.makeSucceededFuture(.refused)
+                            }))
+                    // The server may send its welcome in the same read as its 101 answer.
+                    configuration.leftOverBytesStrategy = .forwardBytes
+                    return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(configuration: configuration)
                 }
+            }
         } catch {
             throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
         }
