@@ -104,6 +104,31 @@ struct CacheFileTests {
         await server.stop()
     }
 
+    /// The same orders without a cache file: the observer opens the connection whether the
+    /// store's loop planned before it came or not.
+    @Test(arguments: FanoutSubscription.Transport.allCases, [false, true])
+    func aStoreWithoutAFileGoesLiveWhateverTheOrderOfItsFirstObserver(
+        transport: FanoutSubscription.Transport, observerFirst: Bool
+    ) async throws {
+        let server = try await ServerUnderTest()
+        await server.add("c", "seed")
+        let store = RemoteCartStore(server: server.url, transport: transport)
+        let recorder = Recorder()
+        if !observerFirst {
+            await eventually("the loop waits", store: store, server: server) { store.replica.loopState == .idle }
+        }
+        store.observers.add(recorder, carts: .only(["c"]))
+        await eventually("loaded", store: store, server: server) { recorder.isLoaded }
+        await eventually("live", store: store, server: server) { store.connectionState == .live }
+        #expect(await server.subscribers() == 1)
+        let fromServer = try #require(await server.add("c", "fig"))
+        await eventually("the server's change", store: store, server: server) { store.seq == fromServer }
+        #expect(recorder.events.map(\.seq) == [fromServer])
+        withExtendedLifetime(recorder) {}
+        await store.close()
+        await server.stop()
+    }
+
     @Test func writesTakenOfflineSurviveTheAppAndReachTheServerOnceInOrder() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
