@@ -123,7 +123,7 @@ package final class Replica: @unchecked Sendable {
     }
 
     private func reconsiderLocked(_ observers: RemoteCartStore.Observers) {
-        guard !state.closed else { return }
+        guard !state.closed, demand.mayWake else { return }
         let expired = state.refused.values.contains { $0.at.duration(to: .now) >= FanoutSubscription.refusalPause }
         if demand.wake(toFollow: observers.wanted.map(served), refusalExpired: expired) { wakeUps.wake() }
     }

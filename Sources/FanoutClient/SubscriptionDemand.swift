@@ -68,6 +68,11 @@ package struct SubscriptionDemand: Equatable, Sendable {
         return needed
     }
 
+    /// Whether `wake(toFollow:)` can answer yes at all: not before the first plan, nor once a
+    /// wake-up is asked for. Callers skip computing what is wanted (a walk over every observer)
+    /// when it cannot: a thousand observers added in a row then cost one walk, not a thousand.
+    var mayWake: Bool { !woken && loop != .starting }
+
     /// No carts to follow is nothing to follow: no connection.
     private static func followable(_ selection: CartSelection?) -> CartSelection? {
         selection == .carts([]) ? nil : selection

@@ -15,6 +15,19 @@ struct CacheFileTests {
         return (folder.appendingPathComponent("replica.sqlite"), { try? FileManager.default.removeItem(at: folder) })
     }
 
+    /// What an earlier run of the app leaves: a store of `server` that follows `cart` until it
+    /// has loaded it, then closes, so that `file` holds the cart and its seq.
+    static func fillCache(_ file: URL, of server: ServerUnderTest, cart: String, transport: FanoutSubscription.Transport = .webSocket)
+        async
+    {
+        let first = RemoteCartStore(server: server.url, transport: transport, cacheFile: file)
+        let before = Recorder()
+        first.observers.add(before, carts: .only([cart]))
+        await eventually("loaded", store: first, server: server) { before.isLoaded }
+        await first.close()
+        withExtendedLifetime(before) {}
+    }
+
     @Test func aColdStartShowsTheCachedCartsBeforeAnyNetworkThenResumesAfterTheirSeq() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
@@ -69,11 +82,7 @@ struct CacheFileTests {
         defer { removeFile() }
         let server = try await ServerUnderTest()
         await server.add("c", "seed")
-        let first = RemoteCartStore(server: server.url, transport: transport, cacheFile: file)
-        let before = Recorder()
-        first.observers.add(before, carts: .only(["c"]))
-        await eventually("loaded", store: first, server: server) { before.isLoaded }
-        await first.close()
+        await Self.fillCache(file, of: server, cart: "c", transport: transport)
 
         let second = RemoteCartStore(server: server.url, transport: transport, cacheFile: file)
         let after = Recorder()
@@ -99,7 +108,7 @@ struct CacheFileTests {
         await eventually("the server's change", store: second, server: server) { second.seq == fromServer }
         #expect(after.events.map(\.seq) == [seq, fromServer], "each change once, after the cached seq")
         #expect(second.cart("c") == (try await server.carts())["c"])
-        withExtendedLifetime((before, after)) {}
+        withExtendedLifetime(after) {}
         await second.close()
         await server.stop()
     }
@@ -181,11 +190,7 @@ struct CacheFileTests {
         defer { removeFile() }
         let server = try await ServerUnderTest()
         await server.add("c", "first")
-        let first = RemoteCartStore(server: server.url, cacheFile: file)
-        let before = Recorder()
-        first.observers.add(before, carts: .only(["c"]))
-        await eventually("loaded") { before.isLoaded }
-        await first.close()
+        await Self.fillCache(file, of: server, cart: "c")
 
         let (other, removeOther) = try Mutations.temporaryDatabase()
         defer { removeOther() }
@@ -203,7 +208,7 @@ struct CacheFileTests {
         #expect(resync.1.first?.items.map(\.sku) == ["x", "y", "z"], "nothing of the first database's cart")
         #expect(after.events.isEmpty, "no event of the other database applied on top of the cache")
         #expect(second.cart("c") == (try await server.carts())["c"])
-        withExtendedLifetime((before, after)) {}
+        withExtendedLifetime(after) {}
         await second.close()
         await server.stop()
     }
@@ -215,11 +220,7 @@ struct CacheFileTests {
         defer { removeFile() }
         let server = try await ServerUnderTest(["--ring-size", "16"])
         await server.add("a", "seed")
-        let first = RemoteCartStore(server: server.url, cacheFile: file)
-        let before = Recorder()
-        first.observers.add(before, carts: .only(["a"]))
-        await eventually("loaded") { before.isLoaded }
-        await first.close()
+        await Self.fillCache(file, of: server, cart: "a")
 
         try await server.pruneWhileDown("a", writing: 40, keeping: 5)
 
@@ -233,7 +234,7 @@ struct CacheFileTests {
         #expect(resync?.1.first?.version == 41)
         #expect(after.events.isEmpty, "nothing applied over the gap")
         #expect(second.cart("a") == (try await server.carts())["a"])
-        withExtendedLifetime((before, after)) {}
+        withExtendedLifetime(after) {}
         await second.close()
         await server.stop()
     }

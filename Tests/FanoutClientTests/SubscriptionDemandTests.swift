@@ -121,4 +121,16 @@ struct SubscriptionDemandTests {
         #expect(!Self.wakes(&demand, toFollow: Self.alice), "its first plan reads what is wanted")
         #expect(demand.loop == .starting)
     }
+
+    @Test func whatIsWantedNeedNotBeReadWhileNoWakeUpCanFollow() {
+        var demand = SubscriptionDemand()
+        #expect(!demand.mayWake, "before the first plan")
+        demand.beginPlanning(nil)
+        demand.planned(nil)
+        #expect(demand.mayWake)
+        #expect(Self.wakes(&demand, toFollow: Self.alice))
+        #expect(!demand.mayWake, "a wake-up is asked for: the next plan reads everything")
+        demand.beginPlanning(Self.alice)
+        #expect(demand.mayWake)
+    }
 }
