@@ -60,6 +60,11 @@ let package = Package(
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
         // The tests' clock (`TestClock`): time they advance instead of waiting for it.
         .package(url: "https://github.com/pointfreeco/swift-clocks", from: "1.1.1"),
+        // The programs the tests start (servers, clients, PostgreSQL, Chromium): exits seen
+        // through a process descriptor, never missed. Used by the tests' support alone.
+        .package(url: "https://github.com/swiftlang/swift-subprocess", from: "1.0.2"),
+        // Its `FilePath` (swift-subprocess's own dependency).
+        .package(url: "https://github.com/apple/swift-system", from: "1.5.0"),
         // `swift package generate-documentation`: DocC for CartStore and FanoutClient (.ci/run
         // builds it, warnings as errors). Used by no target, so never resolved by an app.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
@@ -201,6 +206,10 @@ let package = Package(
             name: "FanoutTestSupport",
             dependencies: [
                 "CartStore", "CartStorePostgres", "TestParallelism", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                serverOnly("Subprocess", "swift-subprocess"),
+                serverOnly("SystemPackage", "swift-system"),
             ],
             path: "Tests/FanoutTestSupport"
         ),

@@ -2,6 +2,7 @@ import ArgumentParser
 import CartStore
 import CartStorePostgres
 import Foundation
+import Hummingbird
 import Logging
 import NIOCore
 
@@ -132,7 +133,40 @@ struct FanoutServerCommand: AsyncParsableCommand {
         // Before anything uses the shared event-loop group, which is made once, with this many
         // loops (SwiftNIO also reads NIO_SINGLETON_GROUP_LOOP_COUNT when the flag is absent).
         if let threads { NIOSingletons.groupLoopCountSuggestion = threads }
-        let environment = ProcessInfo.processInfo.environment
+        var configuration = try configuration(environment: ProcessInfo.processInfo.environment)
+
+        LoggingSystem.bootstrap { label in ServerLogHandler(label: label) }
+        var logger = Logger(label: "fanout")
+        logger.logLevel = configuration.logLevel
+        // Connections beyond the descriptors left wait in the listen backlog, instead of
+        // failing every accept (which spun a core) while idle ones time out.
+        let openFiles = OpenFilesLimit.raise(logger: logger)
+        let connections = max(16, openFiles - OpenFilesLimit.reserve)
+        configuration.maxConnections = connections
+        // A subscriber past the descriptors would wait in the backlog: it is refused as
+        // `server_full` instead, and the operator told at start.
+        let subscriberRoom = OpenFilesLimit.subscriberRoom(connections: connections)
+        if configuration.maxSubscribers > subscriberRoom {
+            logger.warning(
+                "the open files limit (\(openFiles)) leaves room for \(subscriberRoom) subscribers, fewer than --max-subscribers \(configuration.maxSubscribers): past \(subscriberRoom) a subscriber is refused with server_full; raise the hard limit (ulimit -Hn) to serve more"
+            )
+            configuration.maxSubscribers = subscriberRoom
+        }
+
+        let host = configuration.host
+        let server = try await Self.build(configuration: configuration, logger: logger) { port in
+            // Unbuffered: scripts and tests wait for this line.
+            FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
+        }
+        try await server.run()
+        try server.store.close()
+    }
+
+    /// The server's configuration from the flags, and from `environment` where a flag is absent
+    /// (`DATABASE_URL`, `FANOUT_TOKEN`, the signing secret's variable, `LOG_LEVEL`).
+    ///
+    /// - Throws: `StartupFailure` when the `--jwt-key` file cannot be read.
+    func configuration(environment: [String: String]) throws -> ServerConfiguration {
         var configuration = ServerConfiguration()
         configuration.host = host
         configuration.port = port
@@ -159,25 +193,16 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.allowedOrigins = Set(allowedOrigins)
         configuration.allowedHosts = Set(allowedHosts)
         configuration.logLevel = (logLevel ?? environment["LOG_LEVEL"]).flatMap(Logger.Level.init(rawValue:)) ?? .info
+        return configuration
+    }
 
-        LoggingSystem.bootstrap { label in ServerLogHandler(label: label) }
-        var logger = Logger(label: "fanout")
-        logger.logLevel = configuration.logLevel
-        // Connections beyond the descriptors left wait in the listen backlog, instead of
-        // failing every accept (which spun a core) while idle ones time out.
-        let openFiles = OpenFilesLimit.raise(logger: logger)
-        let connections = max(16, openFiles - OpenFilesLimit.reserve)
-        configuration.maxConnections = connections
-        // A subscriber past the descriptors would wait in the backlog: it is refused as
-        // `server_full` instead, and the operator told at start.
-        let subscriberRoom = OpenFilesLimit.subscriberRoom(connections: connections)
-        if configuration.maxSubscribers > subscriberRoom {
-            logger.warning(
-                "the open files limit (\(openFiles)) leaves room for \(subscriberRoom) subscribers, fewer than --max-subscribers \(configuration.maxSubscribers): past \(subscriberRoom) a subscriber is refused with server_full; raise the hard limit (ulimit -Hn) to serve more"
-            )
-            configuration.maxSubscribers = subscriberRoom
-        }
-
+    /// Opens the configuration's database and builds the server on it, not yet running.
+    ///
+    /// - Throws: `StartupFailure` saying what cannot be used (the database, a signing key).
+    static func build(
+        configuration: ServerConfiguration, logger: Logger, eventLoopGroup: EventLoopGroupProvider = .singleton,
+        onServerRunning: @escaping @Sendable (Int) async -> Void
+    ) async throws -> FanoutServerApp {
         let store: CartStore
         var storeService: PostgresCartStore?
         var presenceSharing: PostgresPresenceSharing?
@@ -198,21 +223,14 @@ struct FanoutServerCommand: AsyncParsableCommand {
         } catch {
             throw StartupFailure(description: "cannot open database \(CartStore.printableLocation(location)): \(error)")
         }
-        let host = configuration.host
-        let server: FanoutServerApp
         do {
-            server = try await buildApplication(
+            return try await buildApplication(
                 configuration: configuration, store: store, storeService: storeService, presenceSharing: presenceSharing,
-                logger: logger
-            ) { port in
-                // Unbuffered: scripts and tests wait for this line.
-                FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
-            }
+                logger: logger, eventLoopGroup: eventLoopGroup, onServerRunning: onServerRunning)
         } catch let error as TokenKeys.Unusable {
+            try? store.close()
             throw StartupFailure(description: error.description)
         }
-        try await server.run()
-        try store.close()
     }
 }
 

@@ -1,4 +1,5 @@
 import FanoutClient
+import FanoutServer
 import FanoutTestSupport
 import Foundation
 import Observation
@@ -7,7 +8,7 @@ import Testing
 
 /// What an iOS developer writes first, in Swift 6 language mode with nothing added: a
 /// `@MainActor` view model that observes a server's cart, and an `@Observable` view of it.
-/// Against a real `fanout-server` process.
+/// Against the real server, run in the test process.
 
 /// A view model, as an app writes it.
 @MainActor
@@ -52,14 +53,15 @@ func until(_ timeout: Duration = .seconds(20), _ condition: () -> Bool) async ->
     return true
 }
 
-/// A `fanout-server` on a new database, and its API.
-func startServer() async throws -> (ServerProcess, CartServerAPI, @Sendable () -> Void) {
+/// The server (`fanout-server --port 0`, in the test process) on a new database, and its API.
+func startServer() async throws -> (InProcessServer, CartServerAPI, @Sendable () -> Void) {
     let (database, cleanup) = try Mutations.temporaryDatabase()
-    let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
+    let server = try await InProcessServer(
+        arguments: ["--port", "0", "--db", database], logger: RecentLogLines().logger(), eventLoopGroup: .shared(inProcessServerLoops))
     return (server, CartServerAPI(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!), cleanup)
 }
 
-@Suite("An app's first hour", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
+@Suite("An app's first hour", .serialized, .timeLimit(.minutes(2)))
 @MainActor
 struct MainActorObserverTests {
     @Test func aMainActorViewModelFollowsACartOnTheMainActor() async throws {
@@ -80,8 +82,7 @@ struct MainActorObserverTests {
         #expect(store.observers.contains(model))
         store.observers.remove(model)
         #expect(!store.observers.contains(model))
-        server.signal(SIGTERM)
-        _ = await server.waitForExit()
+        try await server.stop()
     }
 
     @Test func anObservableCartTellsTheViewWhatChanged() async throws {
@@ -110,8 +111,7 @@ struct MainActorObserverTests {
         basket = nil
         #expect(released == nil)
         #expect(await until { store.connectionState == .idle }, "the connection closes once nothing observes")
-        server.signal(SIGTERM)
-        _ = await server.waitForExit()
+        try await server.stop()
     }
 }
 

@@ -1,5 +1,6 @@
 import CartStore
 import FanoutClient
+import FanoutServer
 import FanoutTestSupport
 import Foundation
 import Observation
@@ -46,14 +47,12 @@ final class BasketModel: MainActorCartObserver {
     }
 }
 
-@Suite("One view model, either store", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
+@Suite("One view model, either store", .serialized, .timeLimit(.minutes(2)))
 @MainActor
 struct OneViewModelTests {
     @Test func theSameViewModelFollowsALocalStoreAndAServerAlike() async throws {
-        let (database, cleanup) = try Mutations.temporaryDatabase()
+        let (server, api, cleanup) = try await startServer()
         defer { cleanup() }
-        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
-        let api = CartServerAPI(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!)
         let local = try CartStore.inMemory()
 
         _ = try await api.addItem("apple", quantity: 1, unitPriceCents: 50, to: "alice")
@@ -104,7 +103,6 @@ struct OneViewModelTests {
         #expect(await until { onDevice.connection == .closed && localView.connection == .closed }, "a closed store says so")
         await remote.close()
         #expect(await until { fromServer.connection == .closed && remoteView.connection == .closed })
-        server.signal(SIGTERM)
-        _ = await server.waitForExit()
+        try await server.stop()
     }
 }

@@ -1,5 +1,6 @@
 import CartStore
 import FanoutClient
+import FanoutServer
 import FanoutTestSupport
 import Foundation
 import Observation
@@ -29,14 +30,13 @@ final class WhoIsLookingModel: MainActorCartObserver {
     }
 }
 
-@Suite("Presence in a view model", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
+@Suite("Presence in a view model", .serialized, .timeLimit(.minutes(2)))
 @MainActor
 struct PresenceViewModelTests {
     @Test func aViewModelAndAViewSeeWhoElseIsLooking() async throws {
-        let (database, cleanup) = try Mutations.temporaryDatabase()
+        let (server, api, cleanup) = try await startServer()
         defer { cleanup() }
-        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
-        let url = URL(string: "http://127.0.0.1:\(server.port)")!
+        let url = api.baseURL
         let mine = RemoteCartStore(server: url, presence: .init(state: ["screen": "cart"]))
         let model = WhoIsLookingModel(mine, cart: "alice")
         let view = ObservedCarts(mine, carts: .only(["alice"]))
@@ -57,7 +57,6 @@ struct PresenceViewModelTests {
         #expect(model.unavailable == nil)
         await mine.close()
         await theirs.close()
-        server.signal(SIGTERM)
-        _ = await server.waitForExit()
+        try await server.stop()
     }
 }

@@ -12,15 +12,13 @@ struct CrashSurvivalTests {
         return buildDirectory.appending(path: "cartstore-crash-writer")
     }
 
-    /// Starts the writer on the store at `path`; its acknowledgements come on the pipe.
-    static func startWriter(_ path: String) throws -> (Process, Pipe) {
-        let process = Process()
-        process.executableURL = writerExecutable
-        process.arguments = [path]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        return (process, output)
+    /// Starts the writer on the store at `path`; its acknowledgements (`seq cart sku`, a line
+    /// each, once the mutation returned) come in order, and end when it does.
+    static func startWriter(_ path: String) async throws -> (ChildProcess, AsyncStream<String>) {
+        // Each kept until read: the test reads a few hundred, then kills the writer.
+        let (lines, line) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingOldest(100_000))
+        let process = try await ChildProcess(writerExecutable, [path], onOutputLine: { line.yield($0) }, onExit: { _ in line.finish() })
+        return (process, lines)
     }
 
     @Test func everyReturnedMutationSurvivesKillDashNine() async throws {
@@ -30,35 +28,21 @@ struct CrashSurvivalTests {
         var acknowledged: [(seq: Int64, cartID: String, sku: String)] = []
 
         for round in 0..<3 {
-            let (process, output) = try Self.startWriter(path)
-            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            let (process, output) = try await Self.startWriter(path)
 
-            // Read acknowledgements until a few hundred mutations returned, then kill mid-write;
-            // on a thread of its own, as the reads block while the writer works.
+            // Read acknowledgements until a few hundred mutations returned, then kill mid-write.
             let target = 150 + round * 50
-            let handle = output.fileHandleForReading
-            let lines = try await onThreadOfItsOwn { () -> [(seq: Int64, cartID: String, sku: String)] in
-                var lines: [(seq: Int64, cartID: String, sku: String)] = []
-                var buffer = Data()
-                while lines.count < target {
-                    let chunk = handle.availableData
-                    if chunk.isEmpty { break }  // writer died on its own
-                    buffer.append(chunk)
-                    while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
-                        let fields = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self).split(separator: " ")
-                        buffer.removeSubrange(buffer.startIndex...newline)
-                        lines.append((Int64(fields[0])!, String(fields[1]), String(fields[2])))
-                    }
-                }
-                return lines
+            var lines: [(seq: Int64, cartID: String, sku: String)] = []
+            for await line in output {  // ends if the writer died on its own
+                let fields = line.split(separator: " ")
+                lines.append((Int64(fields[0])!, String(fields[1]), String(fields[2])))
+                if lines.count >= target { break }
             }
             acknowledged += lines
             let seen = lines.count
             #expect(seen >= target, "writer stopped early in round \(round)")
-            kill(process.processIdentifier, SIGKILL)
-            // Not `waitUntilExit` (it blocks a thread of the pool, and on Linux has spun on an exit
-            // Foundation missed): the status, which is the signal that ended it.
-            #expect(await exitStatus(of: process) == SIGKILL)
+            process.signal(SIGKILL)
+            #expect(await process.exitStatus() == SIGKILL, "the status is the signal that ended it")
         }
 
         let store = try CartStore(path: path)

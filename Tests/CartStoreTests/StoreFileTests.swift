@@ -21,15 +21,13 @@ struct StoreFileTests {
         let directory = try TemporaryDirectory()
         defer { directory.cleanup() }
         let path = directory.path("store.sqlite")
-        let (process, output) = try CrashSurvivalTests.startWriter(path)
-        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        let (process, output) = try await CrashSurvivalTests.startWriter(path)
         // It holds the store once it printed its first mutation.
-        _ = output.fileHandleForReading.availableData
+        _ = await output.first { _ in true }
         let refusal = Self.refusal { try CartStore(path: path) }
         #expect(refusal?.code == .databaseInUse)
         #expect(refusal?.message.contains(path) == true, "the message names the file")
-        kill(process.processIdentifier, SIGKILL)
-        while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+        await process.kill()
         // The kernel released the lock with the process.
         let store = try CartStore(path: path)
         #expect(try await store.latestSeq() > 0)

@@ -18,66 +18,46 @@ final class SubscribeProcess: Sendable {
         var idempotencyKey: String?
     }
 
-    /// What the pipe's handler and the test share.
-    private final class Output: Sendable {
+    let process: ChildProcess
+    private let lines: NIOLockedValueBox<[Line]>
+
+    init(port: Int, arguments: [String] = []) async throws {
         let lines = NIOLockedValueBox<[Line]>([])
-        let partial = NIOLockedValueBox(Data())
-    }
-
-    let process: Process
-    private let shared = Output()
-
-    init(port: Int, arguments: [String] = []) throws {
-        let process = Process()
-        process.executableURL = ServerProcess.executable("fanout-client")
-        process.arguments = ["subscribe", "--url", "ws://127.0.0.1:\(port)/subscribe", "--format", "json"] + arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        self.process = process
-        output.fileHandleForReading.readabilityHandler = { [shared] handle in
-            let chunk = handle.availableData
-            let complete: [Data] = shared.partial.withLockedValue { buffer in
-                buffer.append(chunk)
-                var complete: [Data] = []
-                while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
-                    complete.append(buffer[buffer.startIndex..<newline])
-                    buffer.removeSubrange(buffer.startIndex...newline)
-                }
-                return complete
-            }
-            let parsed = complete.compactMap { data -> Line? in
-                guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
+        self.lines = lines
+        process = try await ChildProcess(
+            ServerProcess.executable("fanout-client"),
+            ["subscribe", "--url", "ws://127.0.0.1:\(port)/subscribe", "--format", "json"] + arguments,
+            onOutputLine: { text in
+                guard let object = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any],
                     let type = object["type"] as? String, let seq = (object["seq"] as? NSNumber)?.int64Value
-                else { return nil }
-                return Line(
+                else { return }
+                let line = Line(
                     type: type, seq: seq, carts: (object["carts"] as? [Any])?.count ?? 0, more: object["more"] as? Bool ?? false,
                     idempotencyKey: object["idempotencyKey"] as? String)
-            }
-            shared.lines.withLockedValue { $0 += parsed }
-        }
-        try process.run()
+                lines.withLockedValue { $0.append(line) }
+            })
     }
 
-    var output: [Line] { shared.lines.withLockedValue { $0 } }
+    /// `count` clients with the same arguments, started one after another.
+    static func start(_ count: Int, port: Int, arguments: [String] = []) async throws -> [SubscribeProcess] {
+        var clients: [SubscribeProcess] = []
+        for _ in 0..<count { clients.append(try await SubscribeProcess(port: port, arguments: arguments)) }
+        return clients
+    }
+
+    var output: [Line] { lines.withLockedValue { $0 } }
     var eventSeqs: [Int64] { output.filter { $0.type == "event" }.map(\.seq) }
 
-    func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+    func signal(_ signal: Int32) { process.signal(signal) }
 
     /// Waits (30 s at most) for it to exit; false if it did not (it is then killed).
     func waitForExit(timeout: Duration = .seconds(30)) async -> Bool {
         await exitCode(timeout: timeout) != nil
     }
 
-    /// Its exit status once it has exited (`exitStatus(of:within:)`); nil if it did not within
-    /// `timeout` (it is then killed).
+    /// Its exit status once it has exited; nil if it did not within `timeout` (it is then
+    /// killed).
     func exitCode(timeout: Duration = .seconds(30)) async -> Int32? {
-        await exitStatus(of: process, within: timeout)
-    }
-
-    deinit {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-        }
+        await process.exitStatus(within: timeout)
     }
 }

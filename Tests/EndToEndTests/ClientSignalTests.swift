@@ -13,7 +13,7 @@ struct ClientSignalTests {
         defer { cleanup() }
         let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         defer { server.signal(SIGTERM) }
-        let client = try SubscribeProcess(port: server.port)
+        let client = try await SubscribeProcess(port: server.port)
         await eventually("the snapshot") { client.output.first?.type == "snapshot" }
         client.signal(signal)
         guard let status = await client.exitCode(timeout: .seconds(10)) else {

@@ -59,35 +59,23 @@ enum Schemathesis {
             arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path] + serverArguments)
         let base = "http://127.0.0.1:\(server.port)"
 
-        let report = directory.appending(path: "schemathesis.txt")
-        _ = FileManager.default.createFile(atPath: report.path, contents: nil)
-        let output = try FileHandle(forWritingTo: report)
         let seed = UInt32.random(in: .min ... .max)
-        let process = Process()
-        process.executableURL = schemathesis
-        process.arguments =
+        let process = try await ChildProcess(
+            schemathesis,
             [
                 "--config-file", configuration.path, "run", "\(base)/openapi.json", "--url", base,
                 "--max-examples", "\(maxExamples)", "--request-timeout", "10",
                 "--wait-for-schema", "10",
                 // A seed of its own each run, said on failure: a failing run can be run again.
                 "--seed", "\(seed)",
-            ] + schemathesisArguments
-        // Hypothesis keeps its example database in the working directory: a temporary one.
-        process.currentDirectoryURL = directory
-        var environment = ProcessInfo.processInfo.environment
-        environment["NO_COLOR"] = "1"
-        process.environment = environment
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        // Not `waitUntilExit`: on Linux it once missed schemathesis's exit and spun for good.
-        let exit = await exitStatus(of: process, within: .seconds(240))
+            ] + schemathesisArguments,
+            // Hypothesis keeps its example database in the working directory: a temporary one.
+            environment: ["NO_COLOR": "1"], workingDirectory: directory)
+        let exit = await process.exitStatus(within: .seconds(240))
         let timedOut = exit == nil
         // Killed at the deadline: its status once it has gone.
-        if timedOut { _ = await exitStatus(of: process, within: .seconds(10)) }
-        try output.close()
-        let text = (try? String(contentsOf: report, encoding: .utf8)) ?? ""
+        if timedOut { _ = await process.exitStatus(within: .seconds(10)) }
+        let text = process.standardOutput + process.standardError
         #expect(!timedOut, "schemathesis ran past 4 minutes (seed \(seed)); the server said:\n\(server.standardError.suffix(4_000))")
         #expect(
             exit == 0, "schemathesis found problems (seed \(seed)):\n\(text.suffix(12_000))")

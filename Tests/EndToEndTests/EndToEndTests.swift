@@ -37,7 +37,7 @@ struct EndToEndTests {
         defer { cleanup() }
         let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = server.port
-        let clients = try (0..<5).map { _ in try SubscribeProcess(port: port, arguments: ["--transport", transport]) }
+        let clients = try await SubscribeProcess.start(5, port: port, arguments: ["--transport", transport])
         await eventually("every client's snapshot") { clients.allSatisfy { $0.output.first?.type == "snapshot" } }
         let acknowledged = await Mutations.burst(port: { port }, writers: 4, each: 25, tag: "w")
         #expect(acknowledged.count == 100)
@@ -57,7 +57,7 @@ struct EndToEndTests {
         defer { cleanup() }
         let first = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = first.port
-        let clients = try (0..<5).map { _ in try SubscribeProcess(port: port, arguments: ["--transport", transport]) }
+        let clients = try await SubscribeProcess.start(5, port: port, arguments: ["--transport", transport])
         await eventually("every client's snapshot") { clients.allSatisfy { $0.output.first?.type == "snapshot" } }
 
         let restarted = NIOLockedValueBox<ServerProcess?>(nil)
@@ -90,8 +90,8 @@ struct EndToEndTests {
         defer { cleanup() }
         let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = server.port
-        let steady = try SubscribeProcess(port: port)
-        let sleeper = try SubscribeProcess(port: port)
+        let steady = try await SubscribeProcess(port: port)
+        let sleeper = try await SubscribeProcess(port: port)
         await eventually("snapshots") { steady.output.first?.type == "snapshot" && sleeper.output.first?.type == "snapshot" }
         _ = await Mutations.burst(port: { port }, writers: 1, each: 5, tag: "a")
         await eventually("5 events each") { sleeper.eventSeqs.count == 5 && steady.eventSeqs.count == 5 }
@@ -116,7 +116,7 @@ struct EndToEndTests {
         let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = server.port
         _ = await Mutations.burst(port: { port }, writers: 1, each: 20, tag: "t")
-        let tail = try SubscribeProcess(port: port, arguments: ["--since", "12"])
+        let tail = try await SubscribeProcess(port: port, arguments: ["--since", "12"])
         await eventually("the tail") { tail.eventSeqs.count >= 8 }
         #expect(tail.output.allSatisfy { $0.type == "event" }, "no snapshot when resuming")
         #expect(tail.eventSeqs == Array(13...20))
@@ -129,7 +129,7 @@ struct EndToEndTests {
         let stateFile = database + ".seq"
         let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
         let port = server.port
-        let first = try SubscribeProcess(port: port, arguments: ["--state-file", stateFile])
+        let first = try await SubscribeProcess(port: port, arguments: ["--state-file", stateFile])
         await eventually("snapshot") { first.output.first?.type == "snapshot" }
         _ = await Mutations.burst(port: { port }, writers: 1, each: 4, tag: "s")
         await eventually("4 events") { first.eventSeqs.count == 4 }
@@ -137,7 +137,7 @@ struct EndToEndTests {
         let status = await first.exitCode()
         #expect(status == 0, "SIGTERM ends the client with 0 (\(status.map { "\($0)" } ?? "still running after 30 s"))")
         _ = await Mutations.burst(port: { port }, writers: 1, each: 3, tag: "t")
-        let second = try SubscribeProcess(port: port, arguments: ["--state-file", stateFile])
+        let second = try await SubscribeProcess(port: port, arguments: ["--state-file", stateFile])
         await eventually("the 3 new events") { second.eventSeqs.count >= 3 }
         #expect(second.output.map(\.type) == ["event", "event", "event"], "no snapshot, nothing repeated")
         #expect(second.eventSeqs == [5, 6, 7])
@@ -151,7 +151,7 @@ struct EndToEndTests {
         defer { cleanup() }
         let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         defer { server.signal(SIGTERM) }
-        let client = try SubscribeProcess(port: server.port)
+        let client = try await SubscribeProcess(port: server.port)
         await eventually("the last part") { client.output.contains { $0.type == "snapshot" && !$0.more } }
         let parts = client.output.filter { $0.type == "snapshot" }
         #expect(parts.map(\.carts) == [500, 500, 203])

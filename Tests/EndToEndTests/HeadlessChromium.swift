@@ -16,30 +16,26 @@ final class HeadlessChromium {
         .flatMap { folder in ["chromium", "chromium-browser"].map { URL(fileURLWithPath: String(folder)).appending(path: $0) } }
         .first { FileManager.default.isExecutableFile(atPath: $0.path) }
 
-    let process = Process()
-    /// Its profile, and `chromium.log` (its stderr), removed with it.
+    let process: ChildProcess
+    /// Its profile, removed with it.
     let directory: URL
 
-    init(executable: URL, windowSize: (width: Int, height: Int) = (1440, 900)) throws {
+    init(executable: URL, windowSize: (width: Int, height: Int) = (1440, 900)) async throws {
         directory = FileManager.default.temporaryDirectory.appending(path: "fanout-chromium-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let log = directory.appending(path: "chromium.log")
-        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-        process.executableURL = executable
-        process.arguments = [
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
-            "--hide-scrollbars", "--window-size=\(windowSize.width),\(windowSize.height)",
-            // Port 0: Chromium picks one and writes it to DevToolsActivePort in the profile.
-            "--remote-debugging-port=0", "--user-data-dir=\(directory.path)",
-            // DevTools refuses WebSockets that name an origin, unless allowed; HummingbirdWSClient
-            // names `ws://<host>` (without the port). No web page has that origin.
-            "--remote-allow-origins=ws://127.0.0.1",
-            "about:blank",
-        ]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = try FileHandle(forWritingTo: log)
-        try process.run()
+        process = try await ChildProcess(
+            executable,
+            [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
+                "--hide-scrollbars", "--window-size=\(windowSize.width),\(windowSize.height)",
+                // Port 0: Chromium picks one and writes it to DevToolsActivePort in the profile.
+                "--remote-debugging-port=0", "--user-data-dir=\(directory.path)",
+                // DevTools refuses WebSockets that name an origin, unless allowed; HummingbirdWSClient
+                // names `ws://<host>` (without the port). No web page has that origin.
+                "--remote-allow-origins=ws://127.0.0.1",
+                "about:blank",
+            ])
     }
 
     /// The browser's DevTools WebSocket URL, once it listens (polled, up to `timeout`).
@@ -54,28 +50,19 @@ final class HeadlessChromium {
             }
             try await Task.sleep(for: .milliseconds(20))
         }
-        let log = (try? String(contentsOf: directory.appending(path: "chromium.log"), encoding: .utf8)) ?? ""
         throw DevToolsError(
-            message: "chromium did not open its DevTools port (running: \(process.isRunning)); its log:\n\(log.suffix(2_000))")
+            message:
+                "chromium did not open its DevTools port (running: \(process.isRunning)); its log:\n\(process.standardError.suffix(2_000))")
     }
 
     /// Ends the browser (SIGTERM, then SIGKILL after 5 s), waiting without holding a thread.
     func stop() async {
-        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
-        let deadline = ContinuousClock.now + .seconds(5)
-        while process.isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        while process.isRunning { try? await Task.sleep(for: .milliseconds(20)) }
+        process.signal(SIGTERM)
+        if await process.exitStatus(within: .seconds(5)) == nil { await process.kill() }
     }
 
-    /// For a test that failed before `stop()`: SIGKILL ends it at once.
-    deinit {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-        try? FileManager.default.removeItem(at: directory)
-    }
+    /// For a test that failed before `stop()`: the process ends it with SIGKILL.
+    deinit { try? FileManager.default.removeItem(at: directory) }
 }
 
 struct DevToolsError: Error, CustomStringConvertible {

@@ -43,7 +43,7 @@ struct IdempotencyEndToEndTests {
         let (database, cleanup) = try EndToEndTests.temporaryDatabase()
         defer { cleanup() }
         let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
-        let client = try SubscribeProcess(port: server.port, arguments: ["--transport", transport])
+        let client = try await SubscribeProcess(port: server.port, arguments: ["--transport", transport])
         await eventually("the client's snapshot") { client.output.first?.type == "snapshot" }
 
         let first = try await Self.add(port: server.port, key: "order-1")
@@ -99,7 +99,7 @@ struct IdempotencyEndToEndTests {
         postgres.stopWhenTheProcessExits()
         let database = try await postgres.makeDatabase(named: "idempotency")
         let nodes = try await ServerProcess.start(2, arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
-        let client = try SubscribeProcess(port: nodes[1].port)
+        let client = try await SubscribeProcess(port: nodes[1].port)
         await eventually("the client's snapshot") { client.output.first?.type == "snapshot" }
 
         let first = try await Self.add(port: nodes[0].port, key: "order-1")

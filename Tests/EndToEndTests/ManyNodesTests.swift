@@ -41,8 +41,13 @@ struct ManyNodesTests {
         }
         #expect(identities.count == 1 && isDatabaseIdentity(identities.first ?? nil), "\(identities)")
         let stateFile = { (node: Int, client: Int) in directory.appending(path: "client-\(node)-\(client).seq").path }
-        var clients = try (0..<3).map { node in
-            try (0..<2).map { client in try SubscribeProcess(port: ports[node], arguments: ["--state-file", stateFile(node, client)]) }
+        var clients: [[SubscribeProcess]] = []
+        for node in 0..<3 {
+            var ofNode: [SubscribeProcess] = []
+            for client in 0..<2 {
+                ofNode.append(try await SubscribeProcess(port: ports[node], arguments: ["--state-file", stateFile(node, client)]))
+            }
+            clients.append(ofNode)
         }
         await eventually("every client's snapshot") { clients.joined().allSatisfy { $0.output.first?.type == "snapshot" } }
 
@@ -69,7 +74,10 @@ struct ManyNodesTests {
             #expect(await client.waitForExit(), "SIGTERM ends the client")
             before.append(client.eventSeqs)
         }
-        clients[0] = try (0..<2).map { client in try SubscribeProcess(port: ports[1], arguments: ["--state-file", stateFile(0, client)]) }
+        clients[0] = []
+        for client in 0..<2 {
+            clients[0].append(try await SubscribeProcess(port: ports[1], arguments: ["--state-file", stateFile(0, client)]))
+        }
 
         let acknowledged = await burst.value
         #expect(acknowledged.count >= 250, "writers carried on on the two live servers (\(acknowledged.count) of 300)")
@@ -111,7 +119,7 @@ struct PostgresOutageTests {
         let database = try await postgres.makeDatabase(named: "outage")
         let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + EndToEndTests.fastLeases)
         let port = server.port
-        let client = try SubscribeProcess(port: port)
+        let client = try await SubscribeProcess(port: port)
         await eventually("the snapshot") { client.output.first?.type == "snapshot" }
         _ = await Mutations.burst(port: { port }, writers: 2, each: 5, tag: "before")
         await eventually("10 events") { client.eventSeqs.count == 10 }

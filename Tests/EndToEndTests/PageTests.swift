@@ -38,7 +38,7 @@ struct PageTests {
                 "POST", "/carts/\(cart)/items", #"{"sku":"\#(sku)","quantity":\#(quantity),"unitPriceCents":\#(cents),"name":"\#(name)"}"#)
         }
 
-        let browser = try HeadlessChromium(executable: executable)
+        let browser = try await HeadlessChromium(executable: executable)
         let devTools = DevTools(url: try await browser.devToolsURL())
         let page = try await devTools.open("http://127.0.0.1:\(port)/?token=\(token)")
         var seen = try await page.waitFor("the snapshot") { $0.state == "live" && $0.carts.count == 5 }
@@ -156,7 +156,7 @@ struct PageTests {
         let first = try await ServerProcess(arguments: ["--port", "0", "--db", database])
         let port = first.port
 
-        let browser = try HeadlessChromium(executable: executable)
+        let browser = try await HeadlessChromium(executable: executable)
         let devTools = DevTools(url: try await browser.devToolsURL())
         let opened = ContinuousClock.now
         let page = try await devTools.open("http://127.0.0.1:\(port)/")
@@ -209,7 +209,7 @@ struct PageTests {
         }
         let reader = try await SignedTokenEndToEndTests.mint(["--sub", "alice", "--carts", "alice,carol", "--scope", "read"])
         let writer = try await SignedTokenEndToEndTests.mint(["--sub", "bob", "--carts", "bob", "--scope", "read write"])
-        let browser = try HeadlessChromium(executable: executable)
+        let browser = try await HeadlessChromium(executable: executable)
         let devTools = DevTools(url: try await browser.devToolsURL())
         /// Whether the page offers changes: its form, and a line's buttons, are shown.
         let offersChanges =
@@ -252,7 +252,7 @@ struct PageTests {
         let operatorToken = SignedTokenEndToEndTests.operatorToken
         let server = try await SignedTokenEndToEndTests.server(database)
         let port = server.port
-        let browser = try HeadlessChromium(executable: executable)
+        let browser = try await HeadlessChromium(executable: executable)
         let devTools = DevTools(url: try await browser.devToolsURL())
 
         // The operator's page names cart a: it shows it before it has a line, with itself looking.

@@ -33,7 +33,7 @@ struct SignedTokenEndToEndTests {
         let server = try await Self.server(database)
         let port = server.port
         let alice = try await Self.mint(["--sub", "alice", "--carts", "alice,alice-wishlist", "--scope", "read write", "--ttl", "1h"])
-        let client = try SubscribeProcess(port: port, arguments: ["--transport", transport, "--token", alice])
+        let client = try await SubscribeProcess(port: port, arguments: ["--transport", transport, "--token", alice])
         await eventually("the snapshot") { client.output.first?.type == "snapshot" }
         let connection = ["--url", "http://127.0.0.1:\(port)", "--token", alice]
         let mine = try await CartCommandTests.client(["cart", "add", "alice", "apple", "--quantity", "1", "--price", "1"] + connection)
@@ -122,7 +122,7 @@ struct SignedTokenEndToEndTests {
         for ttl in [2, 6, 20] where subscribed == nil {
             let minted = ContinuousClock.now
             let shortLived = try await Self.mint(["--sub", "alice", "--carts", "alice", "--ttl", "\(ttl)s"])
-            let client = try SubscribeProcess(port: server.port, arguments: ["--transport", transport, "--token", shortLived])
+            let client = try await SubscribeProcess(port: server.port, arguments: ["--transport", transport, "--token", shortLived])
             await eventually(timeout: .seconds(ttl + 20), "the snapshot or the client's exit") {
                 client.output.first?.type == "snapshot" || !client.process.isRunning
             }

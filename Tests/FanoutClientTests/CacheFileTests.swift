@@ -31,7 +31,7 @@ struct CacheFileTests {
     @Test func aColdStartShowsTheCachedCartsBeforeAnyNetworkThenResumesAfterTheirSeq() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
-        let server = try await ServerUnderTest()
+        let server = try await ServerUnderTest(kind: .process)
         await server.add("c", "seed")
         let first = RemoteCartStore(server: server.url, cacheFile: file)
         #expect(first.cacheState == .empty)
@@ -45,7 +45,7 @@ struct CacheFileTests {
         await first.close()
 
         // The server cannot answer: what the next store shows comes from the file alone.
-        server.process.signal(SIGSTOP)
+        server.freeze()
         let second = RemoteCartStore(server: server.url, cacheFile: file)
         guard case .restored(let seq, _, 0) = second.cacheState else {
             Issue.record("not restored: \(second.cacheState)")
@@ -56,7 +56,7 @@ struct CacheFileTests {
         #expect(after.record.withLockedValue { $0.loaded } == [cached], "the cached cart, told at once")
         #expect(second.isFromCache && second.cart("c") == cached && second.seq == seq)
 
-        server.process.signal(SIGCONT)
+        server.thaw()
         _ = try await api.addItem("fig", quantity: 1, unitPriceCents: 5, to: "c")
         await eventually(timeout: .seconds(30), "live, and the write since applied") { second.cart("c")?.version == 3 }
         #expect(!second.isFromCache && second.connectionState == .live)
@@ -141,11 +141,11 @@ struct CacheFileTests {
     @Test func writesTakenOfflineSurviveTheAppAndReachTheServerOnceInOrder() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }
-        let server = try await ServerUnderTest()
+        let server = try await ServerUnderTest(kind: .process)
         let carts = (0..<20).map { "o\($0)" }
         // Frozen: the first write of the first run is sent, and committed only after that run
         // has gone: its answer never reaches it. The next run sends it again, with its key.
-        server.process.signal(SIGSTOP)
+        server.freeze()
         var first: RemoteCartStore? = RemoteCartStore(server: server.url, cacheFile: file)
         var made: [PendingWrite] = []
         for index in 0..<100 {
@@ -163,7 +163,7 @@ struct CacheFileTests {
         for index in 100..<200 {
             made.append(try second.addItem("s\(index / 20)", quantity: 1 + index % 3, unitPriceCents: 10, to: carts[index % 20]))
         }
-        server.process.signal(SIGCONT)
+        server.thaw()
         await eventually(timeout: .seconds(60), "every write confirmed") { second.pendingWrites.isEmpty }
         for write in made {
             guard case .confirmed = await second.outcome(of: write) else {
@@ -194,7 +194,7 @@ struct CacheFileTests {
 
         let (other, removeOther) = try Mutations.temporaryDatabase()
         defer { removeOther() }
-        try await server.restart(with: SIGTERM, database: other)
+        try await server.restart(database: other)
         for sku in ["x", "y", "z"] { await server.add("c", sku) }
         let second = RemoteCartStore(server: server.url, cacheFile: file)
         let after = Recorder()

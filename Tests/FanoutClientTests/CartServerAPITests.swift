@@ -6,7 +6,7 @@ import Testing
 
 /// `CartServerAPI`'s promises to an app: what breaks the server's rules is refused before it is
 /// sent, and a version conflict says the version the cart is at.
-@Suite("Cart server API", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
+@Suite("Cart server API", .serialized, .timeLimit(.minutes(2)))
 struct CartServerAPITests {
     /// Nothing listens at this address: a request that went out would be `unreachable`.
     static let nowhere = CartServerAPI(baseURL: URL(string: "http://127.0.0.1:9")!)

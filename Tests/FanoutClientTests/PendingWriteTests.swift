@@ -11,8 +11,7 @@ struct PendingWriteTests {
         let started = ContinuousClock.now
         let (server, store, recorder) = try await Self.following("p")
         let following = started.duration(to: .now)
-        server.process.signal(SIGTERM)
-        let exit = await server.process.waitForExit()
+        let stoppedCleanly = await server.halt()
         let stopped = started.duration(to: .now)
 
         var writes: [PendingWrite] = []
@@ -38,7 +37,7 @@ struct PendingWriteTests {
         await eventually(
             "every write confirmed or refused",
             explaining: {
-                "following after \(following), stopped (status \(exit)) after \(stopped), restarted after \(restarted)\n"
+                "following after \(following), stopped (cleanly: \(stoppedCleanly)) after \(stopped), restarted after \(restarted)\n"
                     + (await explain(store: store, server: server))
             }
         ) { store.pendingWrites.isEmpty }
@@ -105,18 +104,18 @@ struct PendingWriteTests {
     }
 
     @Test func twoStoresEditingOneCartOfflineAgainstOneVersionOneWinsTheOtherIsToldWhy() async throws {
-        let (server, alice, aliceSees) = try await Self.following("shared")
+        let (server, alice, aliceSees) = try await Self.following("shared", kind: .process)
         let bob = RemoteCartStore(server: server.url)
         let bobSees = Recorder()
         bob.observers.add(bobSees, carts: .only(["shared"]))
         await eventually("bob loaded") { bobSees.isLoaded }
         let version = try #require(alice.cart("shared")).version
-        server.process.signal(SIGSTOP)
+        server.freeze()
         let fromAlice = try alice.addItem("tea", quantity: 1, unitPriceCents: 300, to: "shared", expectedVersion: version)
         let fromBob = try bob.addItem("coffee", quantity: 1, unitPriceCents: 400, to: "shared", expectedVersion: version)
         let laterFromAlice = try alice.addItem("milk", quantity: 1, unitPriceCents: 90, to: "shared")
         let laterFromBob = try bob.addItem("sugar", quantity: 1, unitPriceCents: 50, to: "shared")
-        server.process.signal(SIGCONT)
+        server.thaw()
 
         var confirmed = 0
         var refusals: [RemoteStoreError] = []
@@ -148,8 +147,7 @@ struct PendingWriteTests {
 
     @Test func aWriteThatWaitsLongerThanItsLifetimeIsRolledBackNotSent() async throws {
         let (server, _, recorder) = try await Self.following("late")
-        server.process.signal(SIGTERM)
-        _ = await server.process.waitForExit()
+        await server.halt()
         let store = RemoteCartStore(server: server.url, pendingWriteLifetime: .milliseconds(300))
         let other = Recorder()
         store.observers.add(other, carts: .only(["late"]))
@@ -173,8 +171,10 @@ struct PendingWriteTests {
     }
 
     /// A server with `cart` (one line, `seed`), and a store whose observer has loaded it.
-    static func following(_ cart: String) async throws -> (ServerUnderTest, RemoteCartStore, Recorder) {
-        let server = try await ServerUnderTest()
+    static func following(
+        _ cart: String, kind: ServerUnderTest.Kind = .inProcess
+    ) async throws -> (ServerUnderTest, RemoteCartStore, Recorder) {
+        let server = try await ServerUnderTest(kind: kind)
         await server.add(cart, "seed")
         let store = RemoteCartStore(server: server.url)
         let recorder = Recorder()
@@ -184,9 +184,9 @@ struct PendingWriteTests {
     }
 
     @Test func pastTheLimitAWriteIsRefusedAndNothingIsDropped() async throws {
-        let server = try await ServerUnderTest()
+        let server = try await ServerUnderTest(kind: .process)
         // Frozen: the first write waits for its answer, the others behind it.
-        server.process.signal(SIGSTOP)
+        server.freeze()
         let store = RemoteCartStore(server: server.url)
         for index in 0..<RemoteCartStore.maxPendingWrites {
             try store.addItem("s\(index % 50)", quantity: 1, unitPriceCents: 1, to: "full")
@@ -197,7 +197,7 @@ struct PendingWriteTests {
             try store.addItem("bad sku", quantity: 1, unitPriceCents: 1, to: "x")
         }
         await store.close()
-        server.process.signal(SIGCONT)
+        server.thaw()
         await server.stop()
     }
 }

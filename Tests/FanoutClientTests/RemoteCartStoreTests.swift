@@ -41,7 +41,7 @@ struct RemoteCartStoreTests {
     /// 1 000 observers over 50 carts, each wanting one to three of them (every tenth: all),
     /// through a server restart and a SIGKILL mid-burst.
     @Test func aThousandObserversEachReceiveExactlyTheLogOfTheirCarts() async throws {
-        let server = try await ServerUnderTest()
+        let server = try await ServerUnderTest(kind: .process)
         let carts = (0..<50).map { "c\($0)" }
         for cart in carts { await server.add(cart, "seed") }
         let store = RemoteCartStore(server: server.url)
@@ -70,9 +70,10 @@ struct RemoteCartStoreTests {
             }
         }
         await eventually("part of the burst") { (try? await server.log().count) ?? 0 >= 150 }
-        try await server.restart(with: SIGTERM)
+        try await server.restart()
         await eventually("more of the burst") { (try? await server.log().count) ?? 0 >= 350 }
-        try await server.restart(with: SIGKILL)
+        await server.crash()
+        try await server.start()
         await writes.value
         await server.add("c0", "last")
 
@@ -142,8 +143,7 @@ struct RemoteCartStoreTests {
     @Test func aStoreTriesAgainWhenItsPauseHasPassedOnItsClock() async throws {
         let server = try await ServerUnderTest()
         await server.add("a", "seed")
-        server.process.signal(SIGTERM)
-        _ = await server.process.waitForExit()
+        await server.halt()
         let clock = TestClock()
         let store = RemoteCartStore(server: server.url, releaseCheckInterval: .seconds(86_400), clock: clock)
         let recorder = Recorder()
@@ -270,7 +270,7 @@ struct RemoteCartStoreTests {
         let fresh = try CartStore(path: other)
         try await fresh.addItem(cartID: "b", sku: "fresh", quantity: 1, unitPriceCents: 1)
         try fresh.close()
-        try await server.restart(with: SIGTERM, database: other)
+        try await server.restart(database: other)
         await eventually("resynced") { !recorder.record.withLockedValue { $0.resyncs.isEmpty } }
         let resync = recorder.record.withLockedValue { $0.resyncs.first }
         #expect(resync?.0 == .otherDatabase)

@@ -89,7 +89,7 @@ struct RemotePresenceTests {
         let store = RemoteCartStore(server: server.url, presence: .init())
         let seer = PresenceRecorder()
         store.observers.add(seer, carts: .only(["shared"]))
-        let client = try PresenceClientProcess(port: server.port, arguments: ["--cart", "shared", "--presence-key", "vanishing"])
+        let client = try await PresenceClientProcess(port: server.port, arguments: ["--cart", "shared", "--presence-key", "vanishing"])
         defer { client.signal(SIGKILL) }
         await eventually("the client's join") { seer.members(of: "shared").contains { $0.member == "vanishing" } }
         await eventually("the client prints the presence") { client.output.contains(#""type":"presence""#) }
@@ -261,32 +261,18 @@ extension PresenceChange {
 
 /// `fanout-client subscribe --presence` as a process, its output kept.
 final class PresenceClientProcess: Sendable {
-    private let process: Process
-    private let printed = NIOLockedValueBox(Data())
+    private let process: ChildProcess
 
-    init(port: Int, arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = ServerProcess.executable("fanout-client")
-        process.arguments = ["subscribe", "--url", "ws://127.0.0.1:\(port)/subscribe", "--format", "json"] + arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        output.fileHandleForReading.readabilityHandler = { [printed] handle in
-            let chunk = handle.availableData
-            printed.withLockedValue { $0.append(chunk) }
-        }
-        self.process = process
-        try process.run()
+    init(port: Int, arguments: [String]) async throws {
+        process = try await ChildProcess(
+            ServerProcess.executable("fanout-client"),
+            ["subscribe", "--url", "ws://127.0.0.1:\(port)/subscribe", "--format", "json"] + arguments)
     }
 
-    var output: String { printed.withLockedValue { String(decoding: $0, as: UTF8.self) } }
+    var output: String { process.standardOutput }
 
-    func signal(_ signal: Int32) { Glibc.kill(process.processIdentifier, signal) }
+    func signal(_ signal: Int32) { process.signal(signal) }
 
     /// Kills it, and waits until it has exited.
-    func end() async {
-        signal(SIGKILL)
-        signal(SIGCONT)
-        _ = await exitStatus(of: process)
-    }
+    func end() async { await process.kill() }
 }

@@ -8,7 +8,7 @@ import Testing
 /// No error, at any step, ends a store's work while an observer lives: a cart an observer may
 /// not see is that observer's refusal, the others carry on; a server that is down while the
 /// interest changes is retried until it is back. Against real `fanout-server` processes.
-@Suite("Remote cart store off the happy path", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(3)))
+@Suite("Remote cart store off the happy path", .serialized, .timeLimit(.minutes(3)))
 struct RemoteStoreResilienceTests {
     /// A store live for `a`, with a token for `a` alone, is asked for `b`: once the connection
     /// closed, nobody was told, the state still said live, and `a`'s events never came again.
@@ -54,8 +54,7 @@ struct RemoteStoreResilienceTests {
         store.observers.add(first, carts: .only(["a"]))
         await eventually("a loaded") { first.isLoaded && store.connectionState == .live }
 
-        server.process.signal(SIGTERM)
-        _ = await server.process.waitForExit()
+        await server.halt()
         await eventually("the store sees the server gone") { store.connectionState != .live }
         let second = Recorder()
         store.observers.add(second, carts: .only(["c"]))
@@ -97,7 +96,7 @@ struct RemoteStoreResilienceTests {
 }
 
 /// A store's end that an app can see.
-@Suite("Remote cart store lifecycle", .tags(.processes), .outsideTheFastSet, .serialized, .timeLimit(.minutes(2)))
+@Suite("Remote cart store lifecycle", .serialized, .timeLimit(.minutes(2)))
 struct RemoteStoreLifecycleTests {
     @Test(arguments: FanoutSubscription.Transport.allCases)
     func closeTellsEveryObserverClosesTheConnectionAndCallsNobodyAfter(transport: FanoutSubscription.Transport) async throws {

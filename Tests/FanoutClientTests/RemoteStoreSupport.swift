@@ -2,6 +2,7 @@ import CartStore
 import Dispatch
 import FanoutClient
 import FanoutProtocol
+import FanoutServer
 import FanoutTestSupport
 import Foundation
 import NIOConcurrencyHelpers
@@ -11,24 +12,60 @@ import Testing
     import FoundationNetworking
 #endif
 
-/// A `fanout-server` process on a temporary database, restartable on the same port.
+/// A fanout server on a temporary database, restartable on the same port: run in the test
+/// process (`InProcessServer`, the real server with `fanout-server`'s flags), or, for a test
+/// whose subject needs a process of its own (a server frozen by SIGSTOP, or killed by SIGKILL
+/// mid-write), as a `fanout-server` process.
 final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its lock; ServerProcess is not Sendable.
+    /// Where the server runs.
+    enum Kind {
+        /// In the test process: started and stopped in milliseconds, its log kept in memory.
+        case inProcess
+        /// A `fanout-server` process of its own: for `freeze()` and `crash()`.
+        case process
+    }
+
+    private enum Running {
+        case inProcess(InProcessServer)
+        case process(ServerProcess)
+        case stopped
+    }
+
+    let kind: Kind
     let database: String
     let cleanup: @Sendable () -> Void
     let extra: [String]
     /// `--heartbeat-interval` and `--lease-ttl`, the same on every start.
     let timing: [String]
-    private let current: NIOLockedValueBox<ServerProcess>
+    private let current: NIOLockedValueBox<Running>
+    /// The log of the in-process server, over its restarts.
+    private let logLines = RecentLogLines()
     let port: Int
 
     /// A server with `extra` arguments, heartbeating every `heartbeatInterval` seconds.
-    init(_ extra: [String] = [], heartbeatInterval: Double = 0.2, leaseTTL: Double = 2) async throws {
+    init(_ extra: [String] = [], heartbeatInterval: Double = 0.2, leaseTTL: Double = 2, kind: Kind = .inProcess) async throws {
         (database, cleanup) = try Mutations.temporaryDatabase()
+        self.kind = kind
         self.extra = extra
         timing = ["--heartbeat-interval", "\(heartbeatInterval)", "--lease-ttl", "\(leaseTTL)"]
-        let first = try await ServerProcess(arguments: ["--port", "0", "--db", database] + timing + extra)
-        port = first.port
-        current = NIOLockedValueBox(first)
+        current = NIOLockedValueBox(.stopped)
+        port = try await Self.launch(kind, ["--port", "0", "--db", database] + timing + extra, into: current, logging: logLines)
+    }
+
+    private static func launch(
+        _ kind: Kind, _ arguments: [String], into current: NIOLockedValueBox<Running>, logging: RecentLogLines
+    ) async throws -> Int {
+        switch kind {
+        case .inProcess:
+            let server = try await InProcessServer(
+                arguments: arguments, logger: logging.logger(), eventLoopGroup: .shared(inProcessServerLoops))
+            current.withLockedValue { $0 = .inProcess(server) }
+            return server.port
+        case .process:
+            let server = try await ServerProcess(arguments: arguments)
+            current.withLockedValue { $0 = .process(server) }
+            return server.port
+        }
     }
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
@@ -37,24 +74,79 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
     var operatorToken: String? {
         extra.firstIndex(of: "--token").flatMap { extra.indices.contains($0 + 1) ? extra[$0 + 1] : nil }
     }
-    var process: ServerProcess { current.withLockedValue { $0 } }
 
-    /// Stops the server with `signal` (SIGTERM: a restart; SIGKILL: a crash) and starts it again
-    /// on the same port, on `database` (another one: a server that lost its data).
-    func restart(with signal: Int32, database: String? = nil) async throws {
-        process.signal(signal)
+    /// The last lines the server logged.
+    var logTail: String {
+        switch current.withLockedValue({ $0 }) {
+        case .process(let process): tail(process.standardError)
+        case .inProcess, .stopped: tail(logLines.text)
+        }
+    }
+
+    /// Stops the server as SIGTERM does (subscribers end with 1001, requests in flight finish)
+    /// and returns once it has: true if it stopped cleanly (exit status 0).
+    @discardableResult
+    func halt() async -> Bool {
+        switch current.withLockedValue({ running in
+            defer { running = .stopped }
+            return running
+        }) {
+        case .inProcess(let server):
+            do {
+                try await server.stop()
+                return true
+            } catch {
+                Issue.record("the server stopped with \(error)")
+                return false
+            }
+        case .process(let process):
+            process.signal(SIGTERM)
+            return await process.waitForExit() == 0
+        case .stopped:
+            return true
+        }
+    }
+
+    /// Kills the server process mid-work (SIGKILL): no close frame, no answer to what is in flight.
+    func crash() async {
+        guard
+            case .process(let process) = current.withLockedValue({ running in
+                defer { running = .stopped }
+                return running
+            })
+        else {
+            preconditionFailure("a crash needs a server process: ServerUnderTest(kind: .process)")
+        }
+        process.signal(SIGKILL)
         _ = await process.waitForExit()
-        let next = try await ServerProcess(
-            arguments: ["--port", "\(port)", "--db", database ?? self.database] + timing + extra)
-        current.withLockedValue { $0 = next }
+    }
+
+    /// Freezes the server process (SIGSTOP): it accepts connections and answers nothing until
+    /// `thaw()`.
+    func freeze() { signalProcess(SIGSTOP) }
+
+    /// Lets a frozen server process go on (SIGCONT).
+    func thaw() { signalProcess(SIGCONT) }
+
+    private func signalProcess(_ signal: Int32) {
+        guard case .process(let process) = current.withLockedValue({ $0 }) else {
+            preconditionFailure("freezing needs a server process: ServerUnderTest(kind: .process)")
+        }
+        process.signal(signal)
+    }
+
+    /// Stops the server as SIGTERM does and starts it again on the same port, on `database`
+    /// (another one: a server that lost its data).
+    func restart(database: String? = nil) async throws {
+        await halt()
+        try await start(database: database)
     }
 
     /// Stops the server, writes `count` lines to `cart` straight into its database and prunes
     /// all but the last `keeping` events, then starts it again on the same port: a log pruned
     /// past what a client holds.
     func pruneWhileDown(_ cart: String, writing count: Int, keeping: Int) async throws {
-        process.signal(SIGTERM)
-        _ = await process.waitForExit()
+        await halt()
         let direct = try CartStore(path: database)
         for index in 0..<count { _ = try await direct.addItem(cartID: cart, sku: "s\(index)", quantity: 1, unitPriceCents: 1) }
         _ = try await direct.pruneEvents(keepingLast: keeping)
@@ -63,17 +155,15 @@ final class ServerUnderTest: @unchecked Sendable {  // `current` is behind its l
     }
 
     func stop() async {
-        process.signal(SIGTERM)
-        _ = await process.waitForExit()
+        await halt()
         cleanup()
     }
 
-    /// Starts the server again on the same port and database, after it was stopped by a
-    /// signal of the test's own.
-    func start() async throws {
-        let next = try await ServerProcess(
-            arguments: ["--port", "\(port)", "--db", database, "--heartbeat-interval", "0.2", "--lease-ttl", "2"] + extra)
-        current.withLockedValue { $0 = next }
+    /// Starts the server again on the same port, on its database (or `database`), after
+    /// `halt()` or `crash()`.
+    func start(database: String? = nil) async throws {
+        _ = try await Self.launch(
+            kind, ["--port", "\(port)", "--db", database ?? self.database] + timing + extra, into: current, logging: logLines)
     }
 
     /// Every event in the log, through `GET /events`.
@@ -137,7 +227,7 @@ func explain(store: RemoteCartStore?, server: ServerUnderTest?) async -> String 
     if let store { lines.append("store: \(store.debugDescription)") }
     if let server {
         lines.append("server /stats: \(await server.stats() ?? "(no answer)")")
-        lines.append("server log, last lines:\n\(tail(server.process.standardError))")
+        lines.append("server log, last lines:\n\(server.logTail)")
     }
     return lines.joined(separator: "\n")
 }

@@ -25,15 +25,10 @@ struct TLSTests {
             ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate, "-days", "1", "-subj", "/CN=127.0.0.1"])
         try #require(made.status == 0, "openssl req: \(made.standardError)")
         let port = try freeLoopbackPort()
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        server.arguments = ["s_server", "-accept", "\(port)", "-key", key, "-cert", certificate, "-www", "-quiet"]
-        server.standardOutput = FileHandle.nullDevice
-        server.standardError = FileHandle.nullDevice
-        try server.run()
-        // SIGKILL, not `terminate()`'s SIGTERM: a child of the test process inherits its blocked
-        // SIGTERM, and s_server then outlived every run.
-        defer { kill(server.processIdentifier, SIGKILL) }
+        let server = try await ChildProcess(
+            URL(fileURLWithPath: "/usr/bin/openssl"),
+            ["s_server", "-accept", "\(port)", "-key", key, "-cert", certificate, "-www", "-quiet"])
+        defer { server.signal(SIGKILL) }
 
         let reasons = NIOLockedValueBox<[String]>([])
         let subscription = FanoutSubscription(server: URL(string: "https://127.0.0.1:\(port)")!, transport: transport)

@@ -15,11 +15,6 @@ import Testing
 
 @testable import FanoutServer
 
-/// The event loops of the tests' in-process servers: theirs alone, apart from the singleton that
-/// the clients in this process (FanoutClient, WebSocket and HTTP test clients, PostgresNIO) use,
-/// so that one test's burst through its server never queues another test's client behind it.
-let inProcessServerLoops = MultiThreadedEventLoopGroup(numberOfThreads: 2)
-
 /// A server on port 0 over an in-memory (or given) store, for one test.
 func withServer<T: Sendable>(
     _ configure: (inout ServerConfiguration) -> Void = { _ in },

@@ -188,27 +188,10 @@ struct SignedTokenStreamTests {
         }
     }
 
-    /// Every line the server logs, at the most detailed level, as text.
-    struct RecordingLogHandler: LogHandler {
-        let lines: NIOLockedValueBox<[String]>
-        var logLevel: Logger.Level = .trace
-        var metadata: Logger.Metadata = [:]
-
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            let all = metadata.merging(event.metadata ?? [:]) { _, new in new }
-            lines.withLockedValue { $0.append("\(event.message) \(all) \(event.error.map { "\($0)" } ?? "")") }
-        }
-    }
-
     @Test func noTokenIsEverLoggedEvenAtTrace() async throws {
-        let lines = NIOLockedValueBox<[String]>([])
-        var logger = Logger(label: "fanout-test") { _ in RecordingLogHandler(lines: lines) }
-        logger.logLevel = .trace
+        // Every line the server logs, at the most detailed level.
+        let lines = RecentLogLines(capacity: .max)
+        let logger = lines.logger(label: "fanout-test", level: .trace)
         let expired = try await Tokens.hs256("alice", carts: ["alice"], expiresIn: -60)
         let forged = try await Tokens.hs256("alice", carts: ["*"], secret: String(repeating: "f", count: 40))
         let tokens = NIOLockedValueBox([expired, forged, SignedTokenHTTPTests.operatorToken])
@@ -229,7 +212,7 @@ struct SignedTokenStreamTests {
             await eventually(timeout: .seconds(10), "the stream's end") { stream.isClosed }
             #expect(server.hub.stats.ended["tokenExpired"] == 2)
         }
-        let logged = lines.withLockedValue { $0 }
+        let logged = lines.all
         #expect(!logged.isEmpty, "the server logged at trace")
         for token in tokens.withLockedValue({ $0 }) {
             // Any part of one: a signed token's signature is its last part.

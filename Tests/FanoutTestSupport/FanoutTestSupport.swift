@@ -1,6 +1,7 @@
 import CartStore
 import Foundation
 import NIOConcurrencyHelpers
+import NIOPosix
 import Testing
 
 /// Waits until `condition` holds, polling, or records a failure after `timeout`: the tests'
@@ -61,8 +62,13 @@ public func writeConcurrently(to store: CartStore, writers: Int, perWriter: Int)
     }
 }
 
+/// The event loops of the tests' in-process servers: theirs alone, apart from the singleton that
+/// the clients in this process (FanoutClient, WebSocket and HTTP test clients, PostgresNIO) use,
+/// so that one test's burst through its server never queues another test's client behind it.
+public let inProcessServerLoops = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+
 /// The real `fanout-server` executable, started as a process on port 0.
-public final class ServerProcess {
+public final class ServerProcess: Sendable {
     /// A product executable: from the folder `FANOUT_PRODUCTS` names (`./scripts/test-release` points it
     /// at the release build for its second pass), else the one built next to the test bundle.
     public static func executable(_ name: String) -> URL {
@@ -72,56 +78,32 @@ public final class ServerProcess {
         return folder.appending(path: name)
     }
 
-    public let process = Process()
+    public let process: ChildProcess
     public let port: Int
-    private let stdout = Pipe()
-    private let stderr = Pipe()
-    private let errors = NIOLockedValueBox(Data())
 
-    /// Starts it and waits (on a thread of its own, never one of the concurrency pool's) for
-    /// the line that says where it listens.
+    /// Starts it and waits for the line that says where it listens.
     ///
     /// - Parameter openFilesLimit: started under this limit of open files (soft and hard, as
     ///   `ulimit -n` sets them), through `/bin/sh`.
     public init(arguments: [String], openFilesLimit: Int? = nil) async throws {
         let server = Self.executable("fanout-server")
+        let (lines, line) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingOldest(1))
+        // The first line is always "listening on http://HOST:PORT"; none if it exits first.
         if let openFilesLimit {
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", "ulimit -n \(openFilesLimit) && exec \"$0\" \"$@\"", server.path] + arguments
+            process = try await ChildProcess(
+                URL(fileURLWithPath: "/bin/sh"), ["-c", "ulimit -n \(openFilesLimit) && exec \"$0\" \"$@\"", server.path] + arguments,
+                onOutputLine: { line.yield($0) }, onExit: { _ in line.finish() })
         } else {
-            process.executableURL = server
-            process.arguments = arguments
+            process = try await ChildProcess(server, arguments, onOutputLine: { line.yield($0) }, onExit: { _ in line.finish() })
         }
-        process.standardOutput = stdout
-        process.standardError = stderr
-        // Read as it comes, on a thread of its own: a full pipe would stall the server.
-        let handle = stderr.fileHandleForReading
-        Thread.detachNewThread { [errors] in
-            while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { return }
-                errors.withLockedValue { $0.append(chunk) }
-            }
-        }
-        try process.run()
-        // The first line is always "listening on http://HOST:PORT". Read with blocking calls: on
-        // a thread of its own, since a pool thread held here (there are as many as cores) starved
-        // every other test's client and in-process server while a loaded machine started this one.
-        let output = stdout.fileHandleForReading
-        let text = try await onThreadOfItsOwn {
-            var line = Data()
-            while !line.contains(UInt8(ascii: "\n")) {
-                let chunk = output.availableData
-                if chunk.isEmpty { break }
-                line.append(chunk)
-            }
-            return String(decoding: line, as: UTF8.self)
-        }
+        let text = await lines.first { _ in true } ?? ""
         guard text.hasPrefix("listening on http://"),
             let port = text.split(separator: ":").last.flatMap({ Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) })
         else {
-            process.terminate()
-            throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "unexpected first line: \(text)"])
+            await process.kill()
+            throw CocoaError(
+                .fileReadCorruptFile,
+                userInfo: [NSLocalizedDescriptionKey: "unexpected first line: \(text); its log:\n\(tail(process.standardError))"])
         }
         self.port = port
     }
@@ -133,61 +115,16 @@ public final class ServerProcess {
         return servers
     }
 
-    public func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+    public func signal(_ signal: Int32) { process.signal(signal) }
 
     /// What it has written to standard error so far (its log).
-    public var standardError: String { errors.withLockedValue { String(decoding: $0, as: UTF8.self) } }
+    public var standardError: String { process.standardError }
 
     /// Its exit status once it has exited; -1 if it has not within `timeout` (it is then
-    /// killed) or the test was cancelled meanwhile (see `exitStatus(of:within:)`).
+    /// killed) or the test was cancelled meanwhile.
     public func waitForExit(timeout: Duration = .seconds(30)) async -> Int32 {
-        await exitStatus(of: process, within: timeout) ?? -1
+        await process.exitStatus(within: timeout) ?? -1
     }
-
-    deinit {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-        }
-    }
-}
-
-/// The exit status of a started process once it has exited; nil if it has not within `timeout`
-/// (it is then killed) or the test was cancelled meanwhile. Waits without holding a thread of
-/// the concurrency pool (there are as many as cores, and a blocked one starves the in-process
-/// servers of other tests), and never without end: a hung program must fail its test rather than
-/// hang the whole run.
-///
-/// Foundation reaps the child on its own thread and only then, on another, says it is no longer
-/// running: in between the pid is already gone (`kill(pid, 0)` fails with ESRCH) while
-/// `isRunning` is still true, for longer on a loaded machine. That window is a normal exit, not
-/// a lost one: its status is waited for like any other. And on Linux Foundation sometimes misses
-/// an exit altogether (`isRunning` stays true over a zombie: `waitUntilExit` once spun for good
-/// on one, and full runs saw servers that had exited "still running" after 30 s): so the child's
-/// status is also read here, without reaping it (`exitedChildStatus`), and that is the answer.
-/// The status is Foundation's `terminationStatus`: the exit code, or the signal that ended it.
-public func exitStatus(of process: Process, within timeout: Duration = .seconds(30)) async -> Int32? {
-    let deadline = ContinuousClock.now + timeout
-    let pid = process.processIdentifier
-    while process.isRunning {
-        if let status = exitedChildStatus(pid) { return status }
-        if ContinuousClock.now >= deadline || Task.isCancelled {
-            if kill(pid, 0) == 0 { kill(pid, SIGKILL) }
-            return nil
-        }
-        try? await Task.sleep(for: .milliseconds(10))
-    }
-    return process.terminationStatus
-}
-
-/// The status of child `pid` once it has exited and before anyone reaped it (a zombie), read
-/// with `WNOWAIT` so that Foundation can still reap it: the exit code, or the signal that
-/// ended it; nil while it runs, and once it has been reaped.
-func exitedChildStatus(_ pid: Int32) -> Int32? {
-    var info = siginfo_t()
-    guard waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0, info._sifields._sigchld.si_pid == pid else {
-        return nil
-    }
-    return info._sifields._sigchld.si_status
 }
 
 /// How a product executable run to completion ended.
@@ -200,53 +137,22 @@ public struct ProcessOutcome: Sendable {
 }
 
 /// Runs a product executable until it exits, or kills it after `timeout`, so a program that
-/// should have given up fails the test instead of hanging it. Waits without blocking a thread of
-/// the concurrency pool (the in-process servers of other tests need them), and reads both pipes
-/// as they fill, so a talkative program cannot stall on a full one.
+/// should have given up fails the test instead of hanging it.
 public func runToExit(_ name: String, _ arguments: [String], timeout: Duration = .seconds(30)) async throws -> ProcessOutcome {
     try await runToExit(executable: ServerProcess.executable(name), arguments, timeout: timeout)
 }
 
 /// `runToExit` for any program, by its path (PostgreSQL's, for `PostgresServer`).
 public func runToExit(executable: URL, _ arguments: [String], timeout: Duration = .seconds(30)) async throws -> ProcessOutcome {
-    let process = Process()
-    process.executableURL = executable
-    process.arguments = arguments
-    let standardOutput = PipeCollector()
-    let standardError = PipeCollector()
-    process.standardOutput = standardOutput.pipe
-    process.standardError = standardError.pipe
-    try process.run()
-    let status = await exitStatus(of: process, within: timeout)
+    let process = try await ChildProcess(executable, arguments)
+    let status = await process.exitStatus(within: timeout)
     // Cancelled (and killed): the caller's task is over, and so is the outcome.
     if status == nil { try Task.checkCancellation() }
-    // Killed at the deadline: its status (the signal) once it has gone; its pipes close then.
-    let killed = status == nil ? await exitStatus(of: process, within: .seconds(10)) : nil
+    // Killed at the deadline: its status (the signal) once it has gone.
+    let killed = status == nil ? await process.exitStatus(within: .seconds(10)) : nil
     return ProcessOutcome(
-        status: status ?? killed ?? -1, standardOutput: await standardOutput.finish(),
-        standardError: await standardError.finish(), timedOut: status == nil)
-}
-
-/// A pipe read to its end on a thread of its own (not one of the concurrency pool's).
-private final class PipeCollector: Sendable {
-    let pipe = Pipe()
-    private let collected = NIOLockedValueBox<Data?>(nil)
-
-    init() {
-        let handle = pipe.fileHandleForReading
-        Thread.detachNewThread { [collected] in
-            let data = handle.readDataToEndOfFile()
-            collected.withLockedValue { $0 = data }
-        }
-    }
-
-    /// Everything written, once every writer has closed the pipe.
-    func finish() async -> String {
-        while true {
-            if let data = collected.withLockedValue({ $0 }) { return String(decoding: data, as: UTF8.self) }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-    }
+        status: status ?? killed ?? -1, standardOutput: process.standardOutput, standardError: process.standardError,
+        timedOut: status == nil)
 }
 
 /// Whether the tests run in CI (`CI` set and not empty, as `.ci/run` does): there a test that

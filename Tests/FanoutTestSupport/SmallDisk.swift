@@ -16,12 +16,13 @@ public final class SmallDisk {
     public init(bytes: Int) throws {
         directory = FileManager.default.temporaryDirectory.appending(path: "fanout-disk-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let outcome = Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(bytes)", "tmpfs", directory.path])
-        guard outcome == 0 else {
+        // mount(2) itself, as `mount -t tmpfs -o size=… tmpfs <folder>` does: no program to wait for.
+        guard Glibc.mount("tmpfs", directory.path, "tmpfs", 0, "size=\(bytes)") == 0 else {
+            let reason = String(cString: strerror(errno))
             try? FileManager.default.removeItem(at: directory)
             throw CocoaError(
                 .fileWriteNoPermission,
-                userInfo: [NSLocalizedDescriptionKey: "mount -t tmpfs failed (\(outcome)): the full-disk tests need root"])
+                userInfo: [NSLocalizedDescriptionKey: "mounting a tmpfs failed (\(reason)): the full-disk tests need root"])
         }
     }
 
@@ -60,22 +61,12 @@ public final class SmallDisk {
     public func unmount() {
         try? filler?.close()
         filler = nil
-        _ = Self.run("/bin/umount", ["-l", directory.path])
+        // Lazily (`umount -l`): a file the test left open does not keep it mounted.
+        _ = umount2(directory.path, Int32(MNT_DETACH))
         try? FileManager.default.removeItem(at: directory)
     }
 
     deinit { unmount() }
-
-    private static func run(_ executable: String, _ arguments: [String]) -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        do { try process.run() } catch { return -1 }
-        process.waitUntilExit()
-        return process.terminationStatus
-    }
 }
 
 extension Trait where Self == ConditionTrait {
