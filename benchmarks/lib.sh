@@ -40,6 +40,22 @@ child_of() {
     children_of "$1" 1
 }
 
+# scratch_folder NAME: makes $TMP (a fresh folder) and empties `pids`; at exit the fanout
+# servers in `pids` are stopped and $TMP removed, and the script's status kept.
+scratch_folder() {
+    TMP=$(mktemp -d -t "fanout-$1.XXXXXX")
+    pids=()
+    trap scratch_cleanup EXIT
+}
+
+scratch_cleanup() {
+    local status=$?
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$TMP"
+    exit "$status"
+}
+
 # A throwaway PostgreSQL cluster (for nodes.sh and writes.sh): `postgres_cluster NAME` makes
 # $TMP (a fresh folder), starts the cluster in $TMP/pg on a free port of 127.0.0.1 (as the
 # postgres user when run as root), sets PGBIN and PGPORT, and at exit stops it, the fanout

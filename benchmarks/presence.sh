@@ -14,20 +14,11 @@ SCRATCH=${SCRATCH:-.build-release}
 SIZES=${SIZES:-100 1000}
 RUNS=${RUNS:-3}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
-source benchmarks/lib.sh   # release_build, free_port, start_server
+source benchmarks/lib.sh   # release_build, scratch_folder, start_server
 
 release_build fanout-server fanout-bench
 
-TMP=$(mktemp -d -t fanout-presence.XXXXXX)
-pids=()
-cleanup() {
-    local status=$?
-    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$TMP"
-    exit "$status"
-}
-trap cleanup EXIT
+scratch_folder presence
 
 # measure ROUND N MODE: a fresh server on a fresh SQLite database, one fanout-bench run; its
 # JSON line goes to $TMP/results/.

@@ -33,7 +33,6 @@ final class PostgresBackend: CartStoreBackend {
     let databaseID: String
     /// The newest failure of the database, naming it (`lastProblem`).
     private let problem = NIOLockedValueBox<StoreProblem?>(nil)
-
     /// How often the follower reads the log without being told to.
     static let pollInterval: Duration = .seconds(1)
 
@@ -71,11 +70,11 @@ final class PostgresBackend: CartStoreBackend {
         // for the pool to give up.
         let connection: PostgresConnection
         do {
-            connection = try await PostgresConnection.connect(
-                configuration: .init(
-                    host: location.host, port: location.port, username: location.username,
-                    password: location.password, database: location.database, tls: .disable),
-                id: 0, logger: logger)
+            var configuration = PostgresConnection.Configuration(
+                host: location.host, port: location.port, username: location.username,
+                password: location.password, database: location.database, tls: .disable)
+            configuration.options.additionalStartupParameters = [PostgresLocation.writerSetting]
+            connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
         } catch {
             throw CartStoreError(.storeUnavailable, "cannot connect to \(location.description): \(Self.describe(error))")
         }
@@ -171,22 +170,36 @@ final class PostgresBackend: CartStoreBackend {
 
     /// Whether a change would be written now: the seq row taken in a transaction of its own,
     /// on a pooled connection and with the lock's wait of a change (a session that holds the
-    /// row makes this wait as writes do), on a primary that is not read-only.
+    /// row makes this wait as writes do), on a primary that is not read-only, with every table a
+    /// change writes there and writable by this server's role. A table missing (a restore or a
+    /// migration under the server) or a privilege revoked fails changes while the seq row alone
+    /// would look fine.
     func checkWritable() async throws {
         let logger = self.logger
-        let (inRecovery, readOnly) = try await run {
+        let (inRecovery, readOnly, tablesWritable) = try await run {
             try await withConnection { connection in
                 try await connection.withTransaction(logger: logger) { connection in
                     try await connection.query(
-                        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') FROM event_seq FOR UPDATE",
+                        """
+                        SELECT pg_is_in_recovery(), current_setting('transaction_read_only'),
+                            has_table_privilege('carts', 'INSERT, UPDATE, DELETE')
+                            AND has_table_privilege('cart_items', 'INSERT, UPDATE, DELETE')
+                            AND has_table_privilege('cart_events', 'INSERT')
+                            AND has_table_privilege('idempotency_keys', 'INSERT, UPDATE, DELETE')
+                        FROM event_seq FOR UPDATE
+                        """,
                         logger: logger
-                    ).collect().first?.decode((Bool, String).self) ?? (true, "on")
+                    ).collect().first?.decode((Bool, String, Bool).self) ?? (true, "on", false)
                 }
             }
         }
         guard !inRecovery, readOnly == "off" else {
             throw CartStoreError(
                 .storeUnavailable, "the database is read-only (a standby, or transaction_read_only); nothing can be written")
+        }
+        guard tablesWritable else {
+            noteProblem("\(location.description) does not let this server's role write the carts' tables")
+            throw CartStoreError(.storeUnavailable, "the database does not let this server write the carts; nothing can be written")
         }
     }
 
@@ -240,8 +253,11 @@ final class PostgresBackend: CartStoreBackend {
 
     /// A PostgreSQL failure as the store's error, naming the database `place`: a full disk, or
     /// a database that cannot be reached or written. Other errors (the store's refusals, a
-    /// validator's veto) pass through. `withDetail` adds what the connection pool said.
+    /// validator's veto) pass through. `withDetail` adds what PostgreSQL or the connection pool
+    /// said, for the operator (the log, `/stats`): never for callers, whom PostgreSQL's text
+    /// would tell table, column and constraint names.
     static func storage(_ error: any Error, naming place: String, withDetail: Bool = false) -> any Error {
+        func detail(_ error: any Error) -> String { withDetail ? " (\(describe(error)))" : "" }
         if let timeout = error as? PostgresTimeout {
             // Only a batch knows whether its COMMIT had gone out (`drainCommits`); anything
             // else that ran out of time wrote nothing.
@@ -255,11 +271,11 @@ final class PostgresBackend: CartStoreBackend {
                 // event reaches every subscriber once the follower reads it.
                 return CartStoreError(
                     .storeUnavailable,
-                    "\(place) failed while committing (\(describe(commitError))): the change may or may not have been made; read the cart to tell"
+                    "\(place) failed while committing\(detail(commitError)): the change may or may not have been made; read the cart to tell"
                 )
             }
             guard let inner = transaction.closureError ?? transaction.commitError ?? transaction.beginError else {
-                return CartStoreError(.storeUnavailable, "\(place) cannot be used (\(describe(error))); nothing was written")
+                return CartStoreError(.storeUnavailable, "\(place) cannot be used\(detail(error)); nothing was written")
             }
             return storage(inner, naming: place, withDetail: withDetail)
         }
@@ -267,7 +283,10 @@ final class PostgresBackend: CartStoreBackend {
             if psql.serverInfo?[.sqlState] == "53100" {
                 return CartStoreError(.storageFull, "the database's disk is full; nothing was written (writes resume once space is freed)")
             }
-            return CartStoreError(.storeUnavailable, "\(place) cannot be used (\(describe(error))); nothing was written")
+            // PostgreSQL answered no (a missing table, a constraint, a closed session's SQL
+            // state), or the session failed.
+            let what = psql.serverInfo == nil ? "cannot be used" : "refused the request"
+            return CartStoreError(.storeUnavailable, "\(place) \(what)\(detail(error)); nothing was written")
         }
         // The connection pool's own errors (shut down, no connection can be made).
         if String(reflecting: type(of: error)).contains("ConnectionPoolError") {

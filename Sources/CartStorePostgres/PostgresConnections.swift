@@ -78,7 +78,7 @@ struct PostgresConnections: Sendable {
                                 try await body(connection)
                             }
                         } catch {
-                            if Self.endsSession(error) { try? await connection.close() }
+                            if Self.endsSession(error) || Self.spoilsPreparedStatements(error) { try? await connection.close() }
                             throw error
                         }
                     }
@@ -119,6 +119,21 @@ struct PostgresConnections: Sendable {
         guard let psql = error as? PSQLError else { return false }
         if let severity = psql.serverInfo?[.severity] { return severity == "FATAL" || severity == "PANIC" }
         return [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown].contains(psql.code)
+    }
+
+    /// Whether `error` may be a statement's preparation that failed for the schema as it was
+    /// then (SQLSTATE class 42: a table, column or function missing, a privilege not granted;
+    /// 0A, 3F, 26): PostgresNIO remembers a failed preparation for the life of the session and
+    /// answers every later use of that statement on it with the same error, even once the
+    /// table is back (a restore or a migration run under the server). The session is closed,
+    /// and its successor prepares anew.
+    static func spoilsPreparedStatements(_ error: any Error) -> Bool {
+        if let transaction = error as? PostgresTransactionError {
+            return [transaction.beginError, transaction.closureError, transaction.commitError]
+                .contains { $0.map(spoilsPreparedStatements) ?? false }
+        }
+        guard let state = (error as? PSQLError)?.serverInfo?[.sqlState] else { return false }
+        return ["42", "0A", "3F", "26"].contains { state.hasPrefix($0) }
     }
 
     /// One prepared statement on a pooled connection, its rows collected, by `timeout` from now.

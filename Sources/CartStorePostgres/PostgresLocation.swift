@@ -64,10 +64,16 @@ struct PostgresLocation: Sendable, Equatable {
         let milliseconds = Int(deadline / .milliseconds(1))
         return [
             ("application_name", "fanout"),
+            // The carts' tables refuse changes from any other session (migration 0006).
+            writerSetting,
             ("lock_timeout", "\(max(milliseconds * 3 / 4, 1))ms"),
             ("idle_in_transaction_session_timeout", "\(max(milliseconds * 5 / 2, 1_000))ms"),
         ]
     }
+
+    /// What a session of fanout's says, to change the carts' tables (migration 0006 refuses
+    /// every other session's changes to them).
+    static let writerSetting = ("fanout.writer", "on")
 
     /// The URL without its password, for messages.
     var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }

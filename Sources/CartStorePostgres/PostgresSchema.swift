@@ -56,15 +56,30 @@ enum PostgresSchema {
     }
 
     /// The statements of a migration file (the extended protocol takes one per query): split at
-    /// semicolons that end a line, `--` comments dropped. The files are plain DDL, with no
-    /// semicolons inside strings or function bodies.
+    /// semicolons outside a function's `$$` body, `--` comments dropped. The files are plain DDL
+    /// and function bodies, with no semicolon or `--` inside a string.
     static func statements(in sql: String) -> [String] {
         let lines = sql.split(separator: "\n", omittingEmptySubsequences: false).map { line in
             line.range(of: "--").map { line[..<$0.lowerBound] } ?? line
         }
-        return lines.joined(separator: "\n")
-            .split(separator: ";")
-            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
-            .filter { !$0.isEmpty }
+        var statements: [String] = []
+        var current = ""
+        // The text alternates outside and inside `$$` bodies: only outside do semicolons end one.
+        for (index, part) in lines.joined(separator: "\n").components(separatedBy: "$$").enumerated() {
+            guard index % 2 == 0 else {
+                current += "$$" + part + "$$"
+                continue
+            }
+            let pieces = part.split(separator: ";", omittingEmptySubsequences: false)
+            for (position, piece) in pieces.enumerated() {
+                current += piece
+                if position < pieces.count - 1 {
+                    statements.append(current)
+                    current = ""
+                }
+            }
+        }
+        statements.append(current)
+        return statements.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
     }
 }

@@ -72,6 +72,12 @@ public enum PresenceLimits {
     /// The most state changes a subscription may send in one second (more are refused,
     /// `presence_rate_limited`, and change nothing).
     public static let maxStateChangesPerSecond = 10
+    /// The most state changes one cart takes in one second, all its members together (more are
+    /// refused, `presence_rate_limited`): each goes to every follower of the cart.
+    public static let maxCartStateChangesPerSecond = 100
+    /// The most state changes one user (a signed token's `sub`) may make in one second, all its
+    /// subscriptions together (more are refused, `presence_rate_limited`).
+    public static let maxUserStateChangesPerSecond = 20
 
     /// The state's size as the server counts it, or nil for a state that cannot be JSON (a
     /// number that is not finite).
@@ -195,12 +201,15 @@ public struct PresenceRequest: Codable, Sendable, Hashable {
         state = try Self.state(in: container, forKey: .state) ?? [:]
     }
 
-    /// A state at `key`, if present; one that is not a JSON object is `invalid_presence_state`.
+    /// A state at `key`, if present; one that is not a JSON object (`null` included: it is not
+    /// the absence of a state) is `invalid_presence_state`.
     static func state<Key: CodingKey>(in container: KeyedDecodingContainer<Key>, forKey key: Key) throws -> PresenceState? {
+        guard container.contains(key) else { return nil }
         do {
-            return try container.decodeIfPresent(PresenceState.self, forKey: key)
+            guard try !container.decodeNil(forKey: key) else { throw FanoutError(.invalidPresenceState, "") }
+            return try container.decode(PresenceState.self, forKey: key)
         } catch {
-            throw FanoutError(.invalidPresenceState, "a presence state is a JSON object")
+            throw FanoutError(.invalidPresenceState, "a presence state is a JSON object (not null)")
         }
     }
 

@@ -59,7 +59,8 @@ func buildApplication(
         settings: .init(
             leaseTTL: .nanoseconds(Int64(configuration.leaseTTL.seconds * 1e9)),
             ringCapacity: configuration.ringSize,
-            maxSubscribers: configuration.maxSubscribers, maxPresenceMembers: configuration.maxPresenceMembers),
+            maxSubscribers: configuration.maxSubscribers,
+            presence: .init(maxMembers: configuration.maxPresenceMembers, maxMembersPerUser: configuration.maxPresenceMembersPerUser)),
         presenceSharing: presenceSharing, logger: logger)
     store.observers.add(hub)
     presenceSharing?.attach(hub.presence)

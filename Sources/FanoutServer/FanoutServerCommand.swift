@@ -98,6 +98,13 @@ struct FanoutServerCommand: AsyncParsableCommand {
     var presenceMaxMembers: Int = 1_000
 
     @Option(
+        name: .customLong("presence-max-members-per-user"),
+        help: ArgumentHelp(
+            "Most members one user (a signed token's sub) may have on one cart; past it a subscription is refused presence_full.",
+            valueName: "members"))
+    var presenceMaxMembersPerUser: Int = 10
+
+    @Option(
         help: ArgumentHelp(
             "Event-loop threads (default: one per core): they serve every connection, the fan-out and the PostgreSQL engine. On a machine shared with other servers or the database, give each server its share of the cores.",
             valueName: "count"))
@@ -117,6 +124,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         guard idempotencyKeysTtl.isFinite, idempotencyKeysTtl > 0 else { throw ValidationError("--idempotency-keys-ttl must be > 0") }
         guard idempotencyKeysMax >= 1 else { throw ValidationError("--idempotency-keys-max must be ≥ 1") }
         guard presenceMaxMembers >= 1 else { throw ValidationError("--presence-max-members must be ≥ 1") }
+        guard presenceMaxMembersPerUser >= 1 else { throw ValidationError("--presence-max-members-per-user must be ≥ 1") }
         if let threads, !(1...Self.maxThreads).contains(threads) { throw ValidationError("--threads must be 1…\(Self.maxThreads)") }
         if let secret = signing.secret(environment: ProcessInfo.processInfo.environment), let weakness = TokenKeys.weakness(of: secret) {
             FileHandle.standardError.write(Data("warning: \(weakness)\n".utf8))
@@ -141,7 +149,13 @@ struct FanoutServerCommand: AsyncParsableCommand {
         // Connections beyond the descriptors left wait in the listen backlog, instead of
         // failing every accept (which spun a core) while idle ones time out.
         let openFiles = OpenFilesLimit.raise(logger: logger)
-        let connections = max(16, openFiles - OpenFilesLimit.reserve)
+        guard openFiles >= OpenFilesLimit.lowestUsable else {
+            throw StartupFailure(
+                description:
+                    "the open files limit (\(openFiles)) leaves no room for connections: fanout-server needs at least \(OpenFilesLimit.lowestUsable) (\(OpenFilesLimit.reserve) for itself, \(OpenFilesLimit.fewestConnections) connections); raise it (ulimit -n)"
+            )
+        }
+        let connections = openFiles - OpenFilesLimit.reserve
         configuration.maxConnections = connections
         // A subscriber past the descriptors would wait in the backlog: it is refused as
         // `server_full` instead, and the operator told at start.
@@ -180,6 +194,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.idempotencyKeysTTL = .seconds(idempotencyKeysTtl)
         configuration.idempotencyKeysMax = idempotencyKeysMax
         configuration.maxPresenceMembers = presenceMaxMembers
+        configuration.maxPresenceMembersPerUser = presenceMaxMembersPerUser
         configuration.token = token ?? environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         configuration.jwtSecret = signing.secret(environment: environment)
         configuration.jwtAudience = jwtAudience

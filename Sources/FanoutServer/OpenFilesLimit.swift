@@ -12,6 +12,14 @@ enum OpenFilesLimit {
     /// and `/stats` still answer at the subscriber limit.
     static let requestRoom = 64
 
+    /// The fewest connections a server runs with: below `reserve` + this, it refuses to start
+    /// (`lowestUsable`) rather than accept connections it has no descriptor for (each accept
+    /// then failed at once, and the loop retried it at 99 % of a core).
+    static let fewestConnections = 16
+
+    /// The lowest open-files limit a server starts under.
+    static var lowestUsable: Int { reserve + fewestConnections }
+
     /// The most subscribers `connections` open connections leave room for.
     static func subscriberRoom(connections: Int) -> Int {
         max(1, connections - requestRoom)

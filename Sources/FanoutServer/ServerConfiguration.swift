@@ -50,6 +50,8 @@ struct ServerConfiguration: Sendable {
     var idempotencyKeysMax = 1_000_000
     /// The most members of one cart's presence (`--presence-max-members`).
     var maxPresenceMembers = 1_000
+    /// The most members one user may have on one cart (`--presence-max-members-per-user`).
+    var maxPresenceMembersPerUser = 10
 }
 
 extension Duration {

@@ -49,6 +49,7 @@ struct TokenCommand: AsyncParsableCommand {
             throw ValidationError("--ttl must be like 90, 90s, 30m, 1h or 7d, from 1 s to \(Int(Self.maxTTL / 86_400))d")
         }
         guard !sub.isEmpty else { throw ValidationError("--sub must not be empty") }
+        if let problem = UserToken.problem(withSubject: sub) { throw ValidationError("--sub \(problem)") }
         let scopes = scope.split(separator: " ")
         guard !scopes.isEmpty, scopes.allSatisfy({ $0 == "read" || $0 == "write" }) else {
             throw ValidationError("--scope must be read, write, or \"read write\"")

@@ -37,7 +37,10 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Option(help: "Resume after this seq instead of starting from a snapshot.")
     var since: Int64?
 
-    @Option(help: "File keeping the last printed seq, so a restarted client resumes too.")
+    @Option(
+        help:
+            "File keeping the last printed seq and its database's identity, so a restarted client resumes too (from a snapshot when the server's database is another one)."
+    )
     var stateFile: String?
 
     @Option(help: "json: one JSON object per line (with type and seq); text: for people.")
@@ -125,9 +128,17 @@ struct SubscribeCommand: AsyncParsableCommand {
         let carts = carts.isEmpty ? nil : carts
         let presence = try presenceRequest()
         let (never, _) = AsyncStream<Void>.makeStream()
-        try await subscription.run(
-            plan: { FanoutSubscription.Plan(carts: carts, since: printer.last, presence: presence) }, reconsider: never,
-            handle: { update in try printer.handle(update) })
+        while true {
+            do {
+                try await subscription.run(
+                    plan: { FanoutSubscription.Plan(carts: carts, since: printer.last, presence: presence) }, reconsider: never,
+                    handle: { update in try printer.handle(update) })
+                return
+            } catch is EventPrinter.OtherDatabase {
+                // Subscribed again at once, with no seq: a snapshot of the database served now.
+                continue
+            }
+        }
     }
 
     /// Ctrl-C and SIGTERM end the program with status 0, but never between printing a line
@@ -191,9 +202,17 @@ final class EventPrinter: Sendable {
             // Only the whole snapshot counts: resuming after its seq before its last part
             // would skip the carts of the parts not yet received.
             try advance(&progress, to: snapshot.seq)
-        case .welcome:
+        case .welcome(let welcome):
             // A new connection: parts of a snapshot cut short by a disconnect are dropped.
             progress.cartsInParts = 0
+            // A seq of another database (a reset one, a new one, another server's) says nothing
+            // of this one's changes: resuming after it would skip some of them silently.
+            if let databaseID = welcome.databaseID, try !position.use(databaseID: databaseID), let last = progress.last {
+                progress.last = nil
+                report(
+                    "the server's database (\(databaseID)) is not the one seq \(last) was of; starting over from a snapshot")
+                throw OtherDatabase()
+            }
         case .presence(let message, let raw):
             emit(format == .json ? raw : Self.text(presence: message))
         case .presenceRefused(let error):
@@ -208,6 +227,9 @@ final class EventPrinter: Sendable {
             break
         }
     }
+
+    /// The subscription resumed on another database than the position's: it starts over.
+    struct OtherDatabase: Error {}
 
     private func advance(_ progress: inout Progress, to seq: Int64) throws {
         progress.last = seq

@@ -48,6 +48,29 @@ struct PostgresPresenceTests {
         }
     }
 
+    /// A member PostgreSQL cannot store (a NUL in its user, as a token's `sub` once carried)
+    /// is not shared: before, it failed every batch it was in, the node stopped heartbeating,
+    /// and the other nodes dropped all its members as `node_lost` until a restart.
+    @Test func aMemberPostgreSQLCannotStoreNeverFailsTheOthersWrites() async throws {
+        try await withNodes(2) { nodes, _ in
+            let (first, second) = (nodes[0], nodes[1])
+            let before = PresenceRecord(cartID: "c", user: "u", member: "before", state: "{}", since: 1)
+            first.presence.set(before)
+            await eventually("the first member on the other node") { second.view?.members[before.key] == before }
+            let unstorable = PresenceRecord(cartID: "c", user: "nul\u{0}user", member: "m", state: "{}", since: 2)
+            first.presence.set(unstorable)
+            let after = PresenceRecord(cartID: "c", user: "u", member: "after", state: #"{"typing":true}"#, since: 3)
+            first.presence.set(after)
+            first.presence.remove(unstorable.key, reason: "closed")
+            await eventually("the member set after it on the other node") { second.view?.members[after.key] == after }
+            #expect(second.view?.members[before.key] == before, "the member set before it is not lost")
+            #expect(second.view?.members.count == 2)
+            let heartbeat = PresenceRecord(cartID: "c", user: "u", member: "later", state: "{}", since: 4)
+            first.presence.set(heartbeat)
+            await eventually("and the node writes on") { second.view?.members[heartbeat.key] == heartbeat }
+        }
+    }
+
     @Test func aRemovedMemberLeavesTheOthersViewsWithItsReason() async throws {
         try await withNodes(2) { nodes, _ in
             let (first, second) = (nodes[0], nodes[1])

@@ -136,6 +136,41 @@ struct PostgresStoreTests {
         #expect(fold(log) == (try await store.carts()))
     }
 
+    /// A change made by hand (psql) to the carts' tables is refused, saying how to make it: an
+    /// UPDATE of a line was read back, and the next write through a server that had the cart in
+    /// its cache wrote over it (a line deleted by hand came back), and no subscriber ever heard
+    /// of either. Through the store (the HTTP API's path), the same fix has its event.
+    @Test func aCartChangedByHandIsRefusedWithTheWayToChangeIt() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await PostgresCartStore.running(url: url)
+        defer { try? store.close() }
+        try await store.addItem(cartID: "m1", sku: "pear", quantity: 1, unitPriceCents: 80)
+        let server = try await SharedPostgres.shared.server()
+        let byHand = [
+            "UPDATE cart_items SET quantity = 50 WHERE cart_id = 'm1' AND sku = 'pear'",
+            "DELETE FROM cart_items WHERE cart_id = 'm1'",
+            "INSERT INTO cart_items VALUES ('m1', 'fig', 1, 1, NULL, 99)",
+            "UPDATE carts SET version = 9",
+            "DELETE FROM cart_events",
+            "TRUNCATE cart_items",
+        ]
+        for statement in byHand {
+            do {
+                _ = try await server.psql(statement, on: url)
+                Issue.record("accepted: \(statement)")
+            } catch {
+                #expect("\(error)".contains("changed only through fanout's HTTP API"), "\(statement): \(error)")
+                #expect("\(error)".contains("Fixing a cart by hand"), "the way is named")
+            }
+        }
+        #expect(try await server.psql("SELECT quantity FROM cart_items WHERE cart_id = 'm1'", on: url) == "1\n", "nothing changed")
+        let fixed = try await store.setQuantity(cartID: "m1", sku: "pear", quantity: 50)
+        #expect(fixed.cart.version == 2 && fixed.cart.items.map(\.quantity) == [50])
+        let next = try await store.addItem(cartID: "m1", sku: "fig", quantity: 1, unitPriceCents: 10)
+        #expect(next.cart.items.map(\.quantity) == [50, 1], "the fix stands")
+        #expect(try await wholeLog(store).map(\.version) == [1, 2, 3], "every change has its event")
+    }
+
     /// Commits an event of `cart` at `version` as no server would: straight into the log (and
     /// `tables`, the carts' side of it, if any), without a notification.
     static func commitUnheard(
@@ -146,7 +181,9 @@ struct PostgresStoreTests {
             INSERT INTO cart_events (seq, cart_id, kind, change, cart_version, committed_at)
             SELECT latest, '\(cart)', '\(kind)', '\(change)', \(version), 0 FROM event_seq
             """
-        let statements = ["BEGIN", "UPDATE event_seq SET latest = latest + 1"] + tables + [event, "COMMIT"]
+        // As a server's session: the tables refuse any other's changes.
+        let statements =
+            ["BEGIN", "SET LOCAL fanout.writer = 'on'", "UPDATE event_seq SET latest = latest + 1"] + tables + [event, "COMMIT"]
         _ = try await server.psql(statements, on: url)
     }
 
@@ -485,6 +522,42 @@ extension PostgresStoreTests {
         await eventually("a change goes through") {
             (try? await store.addItem(cartID: "c", sku: "b", quantity: 1, unitPriceCents: 1)) != nil
         }
+    }
+
+    /// A table missing under the server (a restore or a migration running): changes and the
+    /// health probe say no, without PostgreSQL's text (table names are the operator's, in the
+    /// log and `lastProblem`); once the table is back, every change goes through. PostgresNIO
+    /// remembers a failed preparation for the life of its session: before, every later change
+    /// on those sessions failed with "relation does not exist", and the probe said yes.
+    @Test func changesMadeWhileATableIsMissingFailAndGoThroughOnceItIsBack() async throws {
+        let url = try await SharedPostgres.shared.newDatabase()
+        let store = try await answeringWithinTheDefaultDeadline(url)
+        defer { try? store.close() }
+        try await store.addItem(cartID: "c0", sku: "before", quantity: 1, unitPriceCents: 1)
+        let server = try await SharedPostgres.shared.server()
+        _ = try await server.psql("ALTER TABLE cart_items RENAME TO cart_items_away", on: url)
+        for index in 0..<8 {
+            await #expect {
+                try await store.addItem(cartID: "c\(index)", sku: "a", quantity: 1, unitPriceCents: 1)
+            } throws: { error in
+                guard let error = error as? CartStoreError else { return false }
+                return error.code == .storeUnavailable && !error.message.contains("cart_items")
+                    && error.message.contains("nothing was written")
+            }
+        }
+        await #expect { try await store.checkWritable() } throws: { error in
+            CartStoreError.code(error) == .storeUnavailable && !"\(error)".contains("cart_items")
+        }
+        #expect(
+            store.lastProblem?.message.contains("cart_items") == true,
+            "the operator is told which table: \(String(describing: store.lastProblem))")
+
+        _ = try await server.psql("ALTER TABLE cart_items_away RENAME TO cart_items", on: url)
+        try await store.checkWritable()
+        for index in 0..<20 {
+            try await store.addItem(cartID: "c\(index % 8)", sku: "b\(index)", quantity: 1, unitPriceCents: 1)
+        }
+        #expect(try await store.latestSeq() == 21, "the change before, and the twenty after; none while the table was away")
     }
 
     /// A store on the default deadline (4 s), once the database answers it within that: on a

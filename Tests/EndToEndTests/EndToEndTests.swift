@@ -141,7 +141,41 @@ struct EndToEndTests {
         await eventually("the 3 new events") { second.eventSeqs.count >= 3 }
         #expect(second.output.map(\.type) == ["event", "event", "event"], "no snapshot, nothing repeated")
         #expect(second.eventSeqs == [5, 6, 7])
+        let saved = try String(contentsOfFile: stateFile, encoding: .utf8).split(separator: " ")
+        #expect(
+            saved.first == "7" && isDatabaseIdentity(saved.last.map { $0.trimmingCharacters(in: .newlines) }), "the seq and its database")
         server.signal(SIGTERM)
+    }
+
+    /// A state file of another database (a new one, with more events than the file's seq):
+    /// the client says so and starts over from a snapshot, rather than resuming after a seq
+    /// that counts another database's changes (it printed 6, 7 and 8 only, skipping five).
+    @Test func aStateFileOfAnotherDatabaseStartsOverFromASnapshot() async throws {
+        let (database, cleanup) = try Self.temporaryDatabase()
+        defer { cleanup() }
+        let stateFile = database + ".seq"
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database] + Self.fastLeases)
+        let first = try await SubscribeProcess(port: server.port, arguments: ["--state-file", stateFile])
+        await eventually("snapshot") { first.output.first?.type == "snapshot" }
+        _ = await Mutations.burst(port: { server.port }, writers: 1, each: 5, tag: "old")
+        await eventually("5 events") { first.eventSeqs.count == 5 }
+        first.signal(SIGTERM)
+        _ = await first.exitCode()
+        server.signal(SIGTERM)
+        _ = await server.waitForExit()
+
+        let (other, cleanupOther) = try Self.temporaryDatabase()
+        defer { cleanupOther() }
+        let next = try await ServerProcess(arguments: ["--port", "0", "--db", other] + Self.fastLeases)
+        _ = await Mutations.burst(port: { next.port }, writers: 1, each: 8, tag: "new")
+        let second = try await SubscribeProcess(port: next.port, arguments: ["--state-file", stateFile])
+        await eventually("a snapshot of the new database") { second.output.contains { $0.type == "snapshot" } }
+        #expect(second.output.first { $0.type == "snapshot" }?.seq == 8, "the whole of the new database")
+        #expect(second.eventSeqs.isEmpty, "no event of the new database passed off as following the old seq 5")
+        #expect(second.process.standardError.contains("starting over from a snapshot"), "stderr: \(second.process.standardError)")
+        _ = await Mutations.burst(port: { next.port }, writers: 1, each: 1, tag: "after")
+        await eventually("the event after the snapshot") { second.eventSeqs == [9] }
+        next.signal(SIGTERM)
     }
 
     /// A snapshot too big for one message comes in parts (500 carts each); the real client

@@ -36,6 +36,47 @@ struct EventPrinterTests {
         #expect(position.last == 13, "an event at or before the last printed one is skipped")
     }
 
+    /// The state file keeps the seq and its database; an older file of a seq alone is read
+    /// (its database taken from the first server), and another database makes it start over.
+    @Test func aStateFileKeepsTheSeqWithItsDatabaseAndForgetsItOnAnother() throws {
+        let file = FileManager.default.temporaryDirectory.appending(path: "fanout-state-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: file) }
+        let (first, second) = (UUID().uuidString.lowercased(), UUID().uuidString.lowercased())
+        try Data("41\n".utf8).write(to: file)
+        let older = try FileResumePosition(file: file)
+        #expect(older.last == 41 && older.databaseID == nil)
+        #expect(try older.use(databaseID: first), "an older file's seq is taken on the first database it meets")
+        try older.advance(to: 42)
+        #expect(try String(contentsOf: file, encoding: .utf8) == "42 \(first)\n")
+
+        let reread = try FileResumePosition(file: file)
+        #expect(reread.last == 42 && reread.databaseID == first)
+        #expect(try reread.use(databaseID: first))
+        #expect(try !reread.use(databaseID: second), "another database")
+        #expect(reread.last == nil, "its seq forgotten")
+        #expect(try FileResumePosition(file: file).last == nil, "in the file too")
+        try reread.advance(to: 3)
+        #expect(try FileResumePosition(file: file).databaseID == second)
+
+        try Data("42 not-an-identity\n".utf8).write(to: file)
+        #expect(throws: RemoteStoreError.self) { try FileResumePosition(file: file) }
+    }
+
+    @Test func aWelcomeFromAnotherDatabaseMakesThePrinterStartOver() throws {
+        let position = MemoryResumePosition(5, databaseID: "old")
+        let printer = EventPrinter(format: .json, position: position, start: 5, output: FileHandle(forWritingAtPath: "/dev/null")!)
+        let welcome = { (databaseID: String) in
+            FanoutSubscription.Update.welcome(
+                .init(subscriberID: "s", heartbeatInterval: 5, leaseTTL: 15, latestSeq: 8, databaseID: databaseID))
+        }
+        try printer.handle(welcome("old"))
+        #expect(printer.last == 5, "the same database: resumed after its seq")
+        #expect(throws: EventPrinter.OtherDatabase.self) { try printer.handle(welcome("new")) }
+        #expect(printer.last == nil && position.last == nil, "the next subscription asks for a snapshot")
+        try printer.handle(welcome("new"))
+        #expect(position.databaseID == "new")
+    }
+
     @Test func presenceReadsAsWhoJoinedChangedAndLeft() {
         let since = Date(timeIntervalSince1970: 0)
         let ann = PresenceMember(user: "ann", member: "ipad-1", state: ["editing": true], since: since)

@@ -285,6 +285,31 @@ struct LongPollTests {
         }
     }
 
+    /// Waiting polls and subscribers share `--max-subscribers` (with an open-files limit, the
+    /// connections left once those kept for requests are set aside): 896 WebSockets and 200
+    /// waiting polls took the connections requests were promised, and `/healthz` waited in the
+    /// backlog. Past the room a poll that would wait is 503 `server_full`, as a subscriber is.
+    @Test func waitingPollsAndSubscribersShareTheRoom() async throws {
+        try await withServer({ $0.maxSubscribers = 2 }) { port, server in
+            let subscriber = TestSubscriber(port: port)
+            try await subscriber.subscribe()
+            async let parked = Self.poll(port, "since=0&wait=30")
+            await eventually("the poll parked") { server.hub.longPolls.count == 1 }
+            let refused = try await Self.poll(port, "since=0&wait=30")
+            #expect(refused.status == 503)
+            #expect((refused.body["error"] as? [String: Any])?["code"] as? String == "server_full")
+            let another = TestSubscriber(port: port)
+            _ = try? await another.closeFrame()
+            #expect(server.hub.subscriberCount == 1, "a subscriber past the room is refused too")
+            // A poll that need not wait is answered, whatever the room.
+            let store = server.store
+            try await store.addItem(cartID: "a", sku: "x", quantity: 1, unitPriceCents: 1)
+            #expect(Self.seqs(try await parked.body) == [1])
+            #expect(Self.seqs(try await Self.poll(port, "since=0&wait=30").body) == [1])
+            await subscriber.close()
+        }
+    }
+
     @Test(arguments: ["wait=61", "wait=-1", "wait=soon"])
     func aBadWaitIsRefused(_ query: String) async throws {
         try await withServer { port, _ in

@@ -83,10 +83,10 @@ struct HubHarness {
         return (subscriber, transport)
     }
 
-    func connect() async throws -> (Subscriber, RecordingTransport) {
+    func connect(grant: Grant = .operator) async throws -> (Subscriber, RecordingTransport) {
         try await loop.submit {
             let transport = RecordingTransport(loop: loop)
-            let subscriber = Subscriber(loop: loop, hub: hub, transport: transport, grant: .operator)
+            let subscriber = Subscriber(loop: loop, hub: hub, transport: transport, grant: grant)
             hub.connect(subscriber)
             return (subscriber, transport)
         }.get()

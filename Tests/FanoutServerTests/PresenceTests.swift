@@ -135,11 +135,15 @@ struct PresenceTests {
                 #expect(other.snapshots.isEmpty, "nothing subscribed after \(code)")
                 await other.close()
             }
-            let raw = TestSubscriber(port: port)
-            await eventually("welcome") { raw.messages.contains { $0.kind == .welcome } }
-            try await raw.sendRaw(.text(#"{"type":"subscribe","carts":["b"],"presence":{"state":[1,2]}}"#))
-            await eventually("a state that is no object") { raw.errors == ["invalid_presence_state"] }
-            await raw.close()
+            // Not objects: an array, and null (not the absence of a state, which is `{}`).
+            for state in ["[1,2]", "null"] {
+                let raw = TestSubscriber(port: port)
+                await eventually("welcome") { raw.messages.contains { $0.kind == .welcome } }
+                try await raw.sendRaw(.text(#"{"type":"subscribe","carts":["b"],"presence":{"state":"# + state + "}}"))
+                await eventually("a state of \(state) refused") { raw.errors == ["invalid_presence_state"] }
+                #expect(raw.snapshots.isEmpty)
+                await raw.close()
+            }
             #expect(server.hub.presence.members(of: "a").map(\.member) == ["first"])
             await first.close()
         }
@@ -176,6 +180,36 @@ struct PresenceTests {
             await stream.close()
             await member.close()
             #expect(server.hub.presence.members(of: "b").isEmpty)
+        }
+    }
+
+    /// An event stream with presence on a full cart is answered 409 `presence_full` before the
+    /// stream, as PROTOCOL.md says: it was a 200, a welcome, then the error and the end, and a
+    /// browser's EventSource opened it again every second for as long as the cart was full. A
+    /// member coming back with its own key is no new member, and is let in.
+    @Test func anEventStreamToAFullCartIsRefused409BeforeTheStream() async throws {
+        try await withServer({ $0.maxPresenceMembers = 1 }) { port, server in
+            let member = try await EventStreamClient(port: port, path: "/subscribe?carts=a&presenceKey=first")
+            await eventually("the first member") { server.hub.presence.members(of: "a").map(\.member) == ["first"] }
+            for path in [
+                "/subscribe?carts=a&presence=1", "/subscribe?carts=a&presenceKey=second", "/subscribe?carts=a,b&presenceKey=second",
+            ] {
+                let refused = try await EventStreamClient(port: port, path: path)
+                await eventually("the refusal of \(path)") { refused.refusalBody != nil }
+                #expect(refused.status == 409, "\(path)")
+                #expect(refused.refusalBody?.contains("presence_full") == true, "\(path): \(refused.refusalBody ?? "")")
+                #expect(refused.refusalBody?.contains("welcome") == false, "no stream began")
+            }
+            let sameKey = try await EventStreamClient(port: port, path: "/subscribe?carts=a&presenceKey=first")
+            await eventually("its own key let in") { sameKey.status != nil }
+            #expect(sameKey.status == 200)
+            let withoutPresence = try await EventStreamClient(port: port, path: "/subscribe?carts=a")
+            await eventually("a stream without presence") { withoutPresence.status != nil }
+            #expect(withoutPresence.status == 200)
+            #expect(server.hub.presence.members(of: "b").isEmpty)
+            await sameKey.close()
+            await withoutPresence.close()
+            await member.close()
         }
     }
 

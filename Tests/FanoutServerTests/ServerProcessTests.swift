@@ -211,6 +211,19 @@ struct ServerProcessTests {
         #expect(await server.waitForExit() == 0)
     }
 
+    /// An open-files limit that leaves no room for connections: a clear refusal at start. At
+    /// 30–36 the server once started, and its accept loop spun at 99 % of a core while every
+    /// connection waited (its floor of 16 connections was more than the descriptors left).
+    @Test func anOpenFilesLimitTooLowToServeIsRefusedAtStart() async throws {
+        let server = ServerProcess.executable("fanout-server").path
+        let outcome = try await runToExit(
+            executable: URL(fileURLWithPath: "/bin/sh"), ["-c", "ulimit -n 36 && exec \"$0\" --port 0 --db :memory:", server])
+        #expect(!outcome.timedOut && outcome.status == 1, "status \(outcome.status)")
+        #expect(
+            outcome.standardError.contains("the open files limit (36) leaves no room for connections"), "\(outcome.standardError)")
+        #expect(!outcome.standardOutput.contains("listening"))
+    }
+
     @Test func badCommandLinesExitNonZeroWithAMessage() async throws {
         for arguments in [
             ["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"],

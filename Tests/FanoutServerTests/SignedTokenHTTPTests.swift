@@ -199,6 +199,14 @@ struct SignedTokenHTTPTests {
         noExp.exp = nil
         var noSub = good
         noSub.sub = nil
+        // A sub no engine stores alike: PostgreSQL refused a NUL in text, which failed every
+        // presence write of the server that held it.
+        var nulInSub = good
+        nulInSub.sub = "nul\u{0}user"
+        var newlineInSub = good
+        newlineInSub.sub = "line\nbreak"
+        var longSub = good
+        longSub.sub = String(repeating: "é", count: 129)
         var cartsText = good
         cartsText.carts = .text("alice")
         var badCartID = good
@@ -221,13 +229,22 @@ struct SignedTokenHTTPTests {
             ("no audience", try await Tokens.signed(Tokens.Claims(), by: hmac), "audience"),
             ("exp missing", try await Tokens.signed(noExp, by: hmac), "no exp"),
             ("sub missing", try await Tokens.signed(noSub, by: hmac), "no sub"),
+            ("a NUL in sub", try await Tokens.signed(nulInSub, by: hmac), "sub contains a control character"),
+            ("a newline in sub", try await Tokens.signed(newlineInSub, by: rsaKeys), "sub contains a control character"),
+            ("sub of 258 bytes", try await Tokens.signed(longSub, by: hmac), "sub is longer than 256 bytes"),
             ("carts not an array", try await Tokens.signed(cartsText, by: rsaKeys), "carts"),
             ("carts naming an invalid id", try await Tokens.signed(badCartID, by: hmac), "carts"),
             ("16 KiB", String(repeating: "a", count: 16 * 1_024), "longer than"),
             ("random bytes", randomBytes, "not a JWT"),
             ("three random parts", "\(randomBytes).\(randomBytes).\(randomBytes)", "not a JWT"),
         ]
-        let accepted = [try await Tokens.signed(good, by: hmac), try await Tokens.signed(good, by: rsaKeys)]
+        // A sub of 256 bytes is still a name (128 two-byte characters).
+        var longestSub = good
+        longestSub.sub = String(repeating: "é", count: 128)
+        let accepted = [
+            try await Tokens.signed(good, by: hmac), try await Tokens.signed(good, by: rsaKeys),
+            try await Tokens.signed(longestSub, by: hmac),
+        ]
         let app = try await Self.app {
             $0.jwtKey = rsaPublicPEM
             $0.jwtAudience = "shop"
@@ -253,9 +270,9 @@ struct SignedTokenHTTPTests {
                     #expect($0.status == .ok)
                 }
             }
-            // Nothing forged got through: alice's cart has the two lines' worth of changes.
+            // Nothing forged got through: alice's cart has the accepted tokens' changes alone.
             try await client.execute(uri: "/events?since=0", method: .get, headers: Self.bearer(Self.operatorToken)) {
-                #expect(Self.eventCarts($0.body).count == 2)
+                #expect(Self.eventCarts($0.body).count == 3)
             }
         }
     }

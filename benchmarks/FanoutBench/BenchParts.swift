@@ -143,10 +143,20 @@ struct ProcessMeter: Sendable {
 
 /// The one JSON line a bench run prints.
 struct BenchReport: JSONLine {
+    /// The median, 99th percentile and largest of some times (ms).
     struct Latency: Encodable {
         var p50: Double
         var p99: Double
         var max: Double
+
+        /// Of `values`; nil when there are none.
+        init?(_ values: [Double]) {
+            let sorted = values.sorted()
+            guard let largest = sorted.last else { return nil }
+            p50 = sorted[sorted.count / 2]
+            p99 = sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
+            max = largest
+        }
     }
 
     var peer: String
@@ -214,13 +224,7 @@ struct BenchReport: JSONLine {
         deliveriesPerSecond = elapsed > 0 ? Double(deliveries) / elapsed : nil
         let writing = Self.milliseconds(writesDone - start) / 1_000
         mutationsPerSecond = writing > 0 ? Double(acknowledged) / writing : nil
-        latencies.sort()
-        if !latencies.isEmpty {
-            latencyMs = Latency(
-                p50: latencies[latencies.count / 2],
-                p99: latencies[min(latencies.count - 1, latencies.count * 99 / 100)],
-                max: latencies[latencies.count - 1])
-        }
+        latencyMs = Latency(latencies)
     }
 
     static func milliseconds(_ duration: Duration) -> Double {

@@ -209,6 +209,31 @@ final class SubscriberFleet: Sendable {
         return all
     }
 
+    /// Has every ready subscriber change its presence state `rate` times a second (its first
+    /// change at a random moment of the first period, so the changes spread), for `duration`;
+    /// returns when they stop. Refusals come back as `error` messages (`PresenceTally.errors`).
+    func changePresence(rate: Double, for duration: Duration) async {
+        let period = TimeAmount.nanoseconds(Int64(1e9 / rate))
+        var tasks: [RepeatedTask] = []
+        for shard in shards {
+            tasks +=
+                (try? await shard.loop.submit {
+                    shard.handlers.value.filter(\.isReady).enumerated().map { index, handler in
+                        let handler = NIOLoopBound(handler, eventLoop: shard.loop)
+                        return shard.loop.scheduleRepeatedTask(
+                            initialDelay: .nanoseconds(Int64.random(in: 0..<period.nanoseconds)), delay: period
+                        ) { _ in
+                            // A state of its own each time: the time it is sent.
+                            let at = NIODeadline.now().uptimeNanoseconds
+                            handler.value.send(#"{"type":"presence","state":{"at":\#(at),"n":\#(index)}}"#)
+                        }
+                    }
+                }.get()) ?? []
+        }
+        try? await Task.sleep(for: duration)
+        for task in tasks { task.cancel() }
+    }
+
     /// Has every subscriber close its WebSocket (a close frame; the server closes the
     /// connection), all at once, in the order they were opened on each loop.
     func closeAll() async {
@@ -477,6 +502,12 @@ final class BenchSubscriberHandler: ChannelInboundHandler, RemovableChannelHandl
         settle(true)
     }
 
+    /// Sends `text` as a message, on its loop.
+    func send(_ text: String) {
+        guard let channel, !closeSent else { return }
+        channel.writeAndFlush(Self.frame(.text, ByteBuffer(string: text)), promise: nil)
+    }
+
     /// A final frame from a client: masked, as RFC 6455 requires (the encoder applies the key).
     private static func frame(_ opcode: WebSocketOpcode, _ data: ByteBuffer) -> WebSocketFrame {
         WebSocketFrame(fin: true, opcode: opcode, maskKey: .random(), data: data)
@@ -490,11 +521,14 @@ protocol BenchReceiver: AnyObject {
     /// Presence messages received (WebSocket subscribers with `--presence-cart` only).
     var presence: PresenceTally { get }
     func close()
+    /// Sends `text` as a message (fanout's WebSocket subscribers only).
+    func send(_ text: String)
 }
 
 extension BenchReceiver {
     var presence: PresenceTally { PresenceTally() }
     func close() {}
+    func send(_ text: String) {}
 }
 
 /// One bench subscriber as an event stream (`Accept: text/event-stream`): sends the request,

@@ -119,6 +119,17 @@ struct FanoutBench: AsyncParsableCommand {
     @Flag(help: "With --presence-cart: subscribe to the cart without presence, for what connecting and closing cost alone.")
     var presenceBaseline = false
 
+    @Option(
+        help: """
+            With --presence-cart: a presence storm of this many seconds instead (every subscriber present, with \
+            --subscriber-token, changes its state --storm-rate times a second), and what another user (--token) sees \
+            meanwhile: /healthz's latency, and that of its own events on another cart.
+            """)
+    var presenceStorm: Double?
+
+    @Option(help: "With --presence-storm: state changes a second per subscriber.")
+    var stormRate: Double = 1
+
     enum Transport: String, ExpressibleByArgument, CaseIterable, Sendable {
         case websocket, sse
     }
@@ -141,8 +152,11 @@ struct FanoutBench: AsyncParsableCommand {
             guard peer == .fanout, transport == .websocket, url.count == 1 else {
                 throw ValidationError("--presence-cart measures one fanout-server's WebSocket subscribers")
             }
-        } else if presenceBaseline {
-            throw ValidationError("--presence-baseline goes with --presence-cart")
+        } else if presenceBaseline || presenceStorm != nil {
+            throw ValidationError("--presence-baseline and --presence-storm go with --presence-cart")
+        }
+        if let presenceStorm, !(presenceStorm > 0) || !(stormRate > 0) || presenceBaseline {
+            throw ValidationError("--presence-storm and --storm-rate must be > 0, without --presence-baseline")
         }
     }
 
@@ -155,6 +169,13 @@ struct FanoutBench: AsyncParsableCommand {
         // This process too: what receiving and writing cost the bench itself.
         let bench = ProcessMeter(pids: [getpid()])
         let fleet = SubscriberFleet(target: target, threads: receiveThreads ?? SubscriberFleet.defaultThreads)
+        if let presenceStorm {
+            let storm = PresenceStorm(
+                fleet: fleet, subscribers: subscribers, seconds: presenceStorm, rate: stormRate, server: server, bench: bench,
+                timeout: .seconds(presenceTimeout))
+            print(try await storm.run().json())
+            Foundation.exit(0)
+        }
         if target.presence != nil {
             let run = PresenceRun(fleet: fleet, subscribers: subscribers, server: server, bench: bench, timeout: .seconds(presenceTimeout))
             print(try await run.run().json())

@@ -56,15 +56,33 @@ public final class PostgresPresence: Service, Sendable {
     /// This node holds `record` from now on: a join, a state change, or a takeover of a key
     /// another node (or this one) held before (its row then names this node). Returns at once;
     /// written in the background.
+    ///
+    /// A record PostgreSQL cannot store (a NUL in one of its texts) is not held, and said in the
+    /// log: in a batch it would fail every other member's write, and the node's heartbeat with
+    /// them, until a restart. The server refuses such names where they enter (a token's `sub`,
+    /// a presence key); this is the last guard.
     public func set(_ record: PresenceRecord) {
+        guard Self.isStorable(record) else {
+            logger.warning(
+                "presence: a member PostgreSQL cannot store (a NUL in its text) is not shared",
+                metadata: ["fanout.cart": "\(record.cartID)"])
+            return
+        }
         writes.withLockedValue { $0.set(record) }
         writeBell.continuation.yield()
+    }
+
+    /// Whether PostgreSQL can store `record`'s texts (it refuses U+0000 in `text`).
+    static func isStorable(_ record: PresenceRecord) -> Bool {
+        ![record.cartID, record.user, record.member, record.state].contains { $0.utf8.contains(0) }
     }
 
     /// This node no longer holds `key`, for `reason` (the others see it in `departed`). Does
     /// nothing to a key another node holds now (taken over meanwhile). Returns at once; written
     /// in the background.
     public func remove(_ key: PresenceKey, reason: String) {
+        // Never held (`set` turned it away), and unwritable.
+        guard ![key.cartID, key.user, key.member, reason].contains(where: { $0.utf8.contains(0) }) else { return }
         writes.withLockedValue { $0.remove(key, reason: reason) }
         writeBell.continuation.yield()
     }

@@ -169,8 +169,16 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                 return loop.makeFailedFuture(error)
             }
             return subscribe.admit(request, on: loop).flatMapThrowing { grant in
-                Self(
-                    grant: grant, subscription: try ServerSentEvents.subscription(of: request, endpoint: subscribe, grant: grant),
+                let subscription = try ServerSentEvents.subscription(of: request, endpoint: subscribe, grant: grant)
+                // A cart full of members: 409 before the stream, not a stream that ends at once
+                // (a browser's EventSource would open it again every second).
+                if let presence = subscription.presence, let carts = subscription.carts,
+                    let refusal = subscribe.hub.presence.refusal(joining: carts, user: grant.subject, key: presence.key)
+                {
+                    throw APIError(refusal)
+                }
+                return Self(
+                    grant: grant, subscription: subscription,
                     allowedOrigin: request.headers[.origin].flatMap { subscribe.access.allowedOrigins.contains($0) ? $0 : nil })
             }
         }

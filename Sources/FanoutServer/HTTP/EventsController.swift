@@ -48,6 +48,13 @@ struct EventsController: Sendable {
                 // would have, not with an empty page.
                 if events.isEmpty, wait > 0, let expiry, ContinuousClock.now >= expiry { throw Self.tokenExpiredWhileWaiting }
                 if events.isEmpty, wait > 0, ContinuousClock.now < deadline {
+                    // A waiting poll holds its connection as a subscriber does: they share the room.
+                    guard hub.hasRoomForOneMore else {
+                        throw APIError(
+                            .serverFull,
+                            "the server has its maximum of \(hub.maxSubscribers) subscribers and waiting long-polls together; retry, or subscribe"
+                        )
+                    }
                     switch await hub.longPolls.park(after: latest, until: deadline) {
                     case .committed:
                         // Woken by a commit after `exp`: nothing of it is read for this token.

@@ -24,8 +24,8 @@ final class FanoutHub: CartStoreObserver {
         var maxSubscribers = 10_000
         /// Events per log read while catching up: at most this many wait in one connection.
         var catchUpPageSize = 500
-        /// The most members of one cart's presence.
-        var maxPresenceMembers = 1_000
+        /// What the members of one cart, and of one user, may do.
+        var presence = PresenceRegistry.Limits()
     }
 
     struct Stats: Codable, Sendable, Equatable {
@@ -169,7 +169,7 @@ final class FanoutHub: CartStoreObserver {
         logger: Logger
     ) {
         self.store = store
-        self.presence = PresenceRegistry(maxMembers: settings.maxPresenceMembers, sharing: presenceSharing)
+        self.presence = PresenceRegistry(limits: settings.presence, sharing: presenceSharing)
         self.settings = settings
         self.ring = LiveRing(capacity: settings.ringCapacity, latestSeq: latestSeq)
         self.longPolls = CommitWaiters(limit: settings.maxSubscribers, latestSeq: latestSeq)
@@ -210,9 +210,11 @@ final class FanoutHub: CartStoreObserver {
     /// (`.serverFull` or `.shuttingDown`), and false returned.
     @discardableResult
     func connect(_ subscriber: Subscriber) -> Bool {
+        // Read before the registry's lock, never under it (the waiters have a lock of their own).
+        let waiting = longPolls.count
         let refusal: EndReason? = registry.withLockedValue { registry in
             guard !registry.shuttingDown else { return .shuttingDown }
-            guard registry.subscribers.count < settings.maxSubscribers else { return .serverFull }
+            guard registry.subscribers.count + waiting < settings.maxSubscribers else { return .serverFull }
             registry.subscribers[ObjectIdentifier(subscriber)] = subscriber
             registry.figures.enter(.connected, subscriber.framing)
             return nil
@@ -294,6 +296,13 @@ final class FanoutHub: CartStoreObserver {
     var latestSeq: Int64 { latest.load(ordering: .acquiring) }
 
     var subscriberCount: Int { registry.withLockedValue { $0.subscribers.count } }
+
+    /// Whether one more subscriber or waiting long-poll fits: both hold a connection for long,
+    /// and together they may take `maxSubscribers` (with an open-files limit, the connections
+    /// left once those kept for requests are set aside: `OpenFilesLimit.requestRoom`).
+    var hasRoomForOneMore: Bool { subscriberCount + longPolls.count < settings.maxSubscribers }
+
+    var maxSubscribers: Int { settings.maxSubscribers }
 
     /// How many subscribers the event `seq` was for (0 if unknown or too old).
     func deliveredCount(seq: Int64) -> Int {

@@ -36,7 +36,7 @@ extension Subscriber {
                 "at most \(PresenceLimits.maxStateChangesPerSecond) state changes a second; this one was not made")
         }
         presenceChanges.append(now)
-        try hub.presence.update(self, state: state)
+        try hub.presence.update(self, state: state, at: now)
     }
 
     /// Hands it a presence message of `cart` (framed for every transport), from any thread: on

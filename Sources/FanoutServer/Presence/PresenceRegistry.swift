@@ -11,7 +11,14 @@ import NIOCore
 /// subscribers' loops under it too, so each subscriber gets a cart's changes in the order they
 /// were made, after the cart's whole presence it got first. A subscriber that has no room for a
 /// change does not queue it: it marks the cart and gets the cart's whole presence again once it
-/// drains (`Subscriber.sendPresence`), so nothing here grows with a slow reader.
+/// drains (`Subscriber.sendPresence`), so nothing here grows with a slow reader. A cart's whole
+/// presence is encoded once per change of it, whoever asks for it (`whole`).
+///
+/// Every change costs a message to each of its cart's followers, so what one user may make is
+/// bounded (`Limits`): members per cart, and state changes a second on a cart and on all of a
+/// user's subscriptions together. One user with a thousand connections on one cart, each
+/// changing its state once a second, once made a million messages a second: the server stopped
+/// answering for a minute, and every subscriber's lease lapsed.
 final class PresenceRegistry: Sendable {
     /// Who holds a member: a subscriber of this server, or another server.
     private enum Holder {
@@ -25,9 +32,37 @@ final class PresenceRegistry: Sendable {
     }
 
     private struct CartPresence {
-        var members: [PresenceMember.ID: Entry] = [:]
+        var members: [PresenceMember.ID: Entry] = [:] {
+            didSet { wholeFrames = nil }
+        }
         var followers: [ObjectIdentifier: Subscriber] = [:]
+        /// The whole presence as a message, framed for every transport: made once after each
+        /// change of the members, for every follower that needs it (`whole`).
+        var wholeFrames: [ByteBuffer]?
+        /// The state changes of the current second, all members together.
+        var changes = ChangeWindow()
         var isEmpty: Bool { members.isEmpty && followers.isEmpty }
+    }
+
+    /// The changes made in one second, counted from the first: a fixed window, so a burst at
+    /// a window's end and another at the next one's start pass twice the rate at most.
+    struct ChangeWindow {
+        var start: NIODeadline = .uptimeNanoseconds(0)
+        var count = 0
+
+        /// Counts one more change at `now`, unless `limit` were made in its second already.
+        mutating func take(at now: NIODeadline, limit: Int) -> Bool {
+            if now - start >= .seconds(1) {
+                start = now
+                count = 0
+            }
+            guard count < limit else { return false }
+            count += 1
+            return true
+        }
+
+        /// Whether its second is over (nothing to keep).
+        func isOver(at now: NIODeadline) -> Bool { now - start >= .seconds(1) }
     }
 
     /// A local subscriber's membership: its identity and carts.
@@ -41,17 +76,33 @@ final class PresenceRegistry: Sendable {
         var memberships: [ObjectIdentifier: Membership] = [:]
         /// What the other servers held at their last view.
         var remote: [Key: PresenceMember] = [:]
+        /// Each user's state changes in the current second (users with a change in the last
+        /// second only: the others are dropped as changes come).
+        var userChanges: [String: ChangeWindow] = [:]
     }
 
-    /// The most members of one cart (`--presence-max-members`).
-    let maxMembers: Int
+    /// What the members of one cart, and of one user, may do.
+    struct Limits: Sendable {
+        /// The most members of one cart (`--presence-max-members`).
+        var maxMembers = 1_000
+        /// The most members one user (a signed token's `sub`) may have on one cart
+        /// (`--presence-max-members-per-user`); anonymous members count to the cart's limit only.
+        var maxMembersPerUser = 10
+        /// The most state changes a second on one cart, all its members together.
+        var maxCartChangesPerSecond = PresenceLimits.maxCartStateChangesPerSecond
+        /// The most state changes a second by one user, all its subscriptions together.
+        var maxUserChangesPerSecond = PresenceLimits.maxUserStateChangesPerSecond
+    }
+
+    let limits: Limits
+    var maxMembers: Int { limits.maxMembers }
     /// The other servers, when there are (PostgreSQL): told of every change of this server's
     /// members.
     let sharing: (any PresenceSharing)?
     private let state = NIOLockedValueBox(State())
 
-    init(maxMembers: Int, sharing: (any PresenceSharing)? = nil) {
-        self.maxMembers = maxMembers
+    init(limits: Limits = Limits(), sharing: (any PresenceSharing)? = nil) {
+        self.limits = limits
         self.sharing = sharing
     }
 
@@ -64,12 +115,7 @@ final class PresenceRegistry: Sendable {
     func join(_ subscriber: Subscriber, carts: Set<String>, request: PresenceRequest, at now: Date = Date()) throws(FanoutError) {
         let id = PresenceMember.ID(user: subscriber.grant.subject, member: request.key ?? subscriber.id)
         let outcome: Result<[(String, PresenceMember)], FanoutError> = state.withLockedValue { state in
-            for cart in carts.sorted() {
-                let presence = state.carts[cart]
-                if presence?.members[id] == nil, (presence?.members.count ?? 0) >= maxMembers {
-                    return .failure(FanoutError(.presenceFull, "cart \(cart) has its maximum of \(maxMembers) members present"))
-                }
-            }
+            if let refusal = Self.refusal(joining: carts, as: id, in: state, limits: limits) { return .failure(refusal) }
             state.memberships[ObjectIdentifier(subscriber)] = Membership(id: id, carts: carts)
             var shared: [(String, PresenceMember)] = []
             for cart in carts.sorted() {
@@ -89,7 +135,8 @@ final class PresenceRegistry: Sendable {
                         .presenceJoin(cartID: cart, member: member), to: presence.followers.values.filter { $0 !== subscriber },
                         cart: cart)
                 }
-                subscriber.sendPresence(Self.frames(.presence(cartID: cart, members: Self.sorted(presence))), cart: cart)
+                subscriber.sendPresence(Self.whole(cart, &presence), cart: cart)
+                state.carts[cart] = presence
                 shared.append((cart, member))
             }
             return .success(shared)
@@ -97,14 +144,40 @@ final class PresenceRegistry: Sendable {
         for (cart, member) in try outcome.get() { sharing?.set(member, cart: cart) }
     }
 
+    /// Why a member `user` keyed `key` (nil: a new key) could not join `carts` now, if it could
+    /// not: what an event stream answers (409 `presence_full`) before it starts. A join may
+    /// still be refused later, when the cart fills meanwhile.
+    func refusal(joining carts: Set<String>, user: String?, key: String?) -> FanoutError? {
+        // Without a key the member is new: a key no member can hold yet.
+        let id = PresenceMember.ID(user: user, member: key ?? "")
+        return state.withLockedValue { Self.refusal(joining: carts, as: id, in: $0, limits: limits) }
+    }
+
+    private static func refusal(joining carts: Set<String>, as id: PresenceMember.ID, in state: State, limits: Limits) -> FanoutError? {
+        for cart in carts.sorted() {
+            guard let presence = state.carts[cart], presence.members[id] == nil else { continue }
+            if presence.members.count >= limits.maxMembers {
+                return FanoutError(.presenceFull, "cart \(cart) has its maximum of \(limits.maxMembers) members present")
+            }
+            if let user = id.user, presence.members.keys.lazy.filter({ $0.user == user }).count >= limits.maxMembersPerUser {
+                return FanoutError(
+                    .presenceFull, "this user has its maximum of \(limits.maxMembersPerUser) members present on cart \(cart)")
+            }
+        }
+        return nil
+    }
+
     /// Changes the state `subscriber` shows on its carts; its followers (itself included) are
-    /// told. Throws `invalid_presence` for a subscriber without presence.
-    func update(_ subscriber: Subscriber, state newState: PresenceState) throws(FanoutError) {
+    /// told. Throws `invalid_presence` for a subscriber without presence, and
+    /// `presence_rate_limited` (changing nothing) past a cart's or its user's changes a second.
+    func update(_ subscriber: Subscriber, state newState: PresenceState, at now: NIODeadline = .now()) throws(FanoutError) {
+        let limits = self.limits
         let outcome: Result<[(String, PresenceMember)], FanoutError> = state.withLockedValue { state in
             guard let membership = state.memberships[ObjectIdentifier(subscriber)] else {
                 return .failure(
                     FanoutError(.invalidPresence, "this subscription is not present on its carts: subscribe with presence first"))
             }
+            if let refusal = Self.takeChange(by: membership, in: &state, at: now, limits: limits) { return .failure(refusal) }
             var shared: [(String, PresenceMember)] = []
             for cart in membership.carts.sorted() {
                 guard var presence = state.carts[cart], var entry = presence.members[membership.id],
@@ -120,6 +193,37 @@ final class PresenceRegistry: Sendable {
             return .success(shared)
         }
         for (cart, member) in try outcome.get() { sharing?.set(member, cart: cart) }
+    }
+
+    /// Counts a state change by `membership` against its carts' and its user's second, or says
+    /// why it may not be made (and counts nothing).
+    private static func takeChange(by membership: Membership, in state: inout State, at now: NIODeadline, limits: Limits) -> FanoutError? {
+        for cart in membership.carts.sorted() {
+            var probe = state.carts[cart]?.changes ?? ChangeWindow()
+            guard probe.take(at: now, limit: limits.maxCartChangesPerSecond) else {
+                return FanoutError(
+                    .presenceRateLimited,
+                    "cart \(cart) takes at most \(limits.maxCartChangesPerSecond) state changes a second, all its members together; this one was not made"
+                )
+            }
+        }
+        if let user = membership.id.user {
+            var window = state.userChanges[user] ?? ChangeWindow()
+            guard window.take(at: now, limit: limits.maxUserChangesPerSecond) else {
+                return FanoutError(
+                    .presenceRateLimited,
+                    "a user makes at most \(limits.maxUserChangesPerSecond) state changes a second, all its subscriptions together; this one was not made"
+                )
+            }
+            if state.userChanges.count >= 1_024, state.userChanges[user] == nil {
+                state.userChanges = state.userChanges.filter { !$0.value.isOver(at: now) }
+            }
+            state.userChanges[user] = window
+        }
+        for cart in membership.carts {
+            _ = state.carts[cart]?.changes.take(at: now, limit: .max)
+        }
+        return nil
     }
 
     /// `subscriber` ended: it no longer follows its carts, and the members it held leave, for
@@ -159,8 +263,9 @@ final class PresenceRegistry: Sendable {
     /// room), if it still follows it.
     func resend(_ cart: String, to subscriber: Subscriber) {
         state.withLockedValue { state in
-            guard let presence = state.carts[cart], presence.followers[ObjectIdentifier(subscriber)] != nil else { return }
-            subscriber.sendPresence(Self.frames(.presence(cartID: cart, members: Self.sorted(presence))), cart: cart)
+            guard var presence = state.carts[cart], presence.followers[ObjectIdentifier(subscriber)] != nil else { return }
+            subscriber.sendPresence(Self.whole(cart, &presence), cart: cart)
+            state.carts[cart] = presence
         }
     }
 
@@ -218,6 +323,15 @@ final class PresenceRegistry: Sendable {
         presence.members.values.map(\.member).sorted {
             ($0.since, $0.user ?? "", $0.member) < ($1.since, $1.user ?? "", $1.member)
         }
+    }
+
+    /// The whole presence of `cart` as a message framed for every transport: the one made since
+    /// its members last changed, or made now and kept.
+    private static func whole(_ cart: String, _ presence: inout CartPresence) -> [ByteBuffer] {
+        if let frames = presence.wholeFrames { return frames }
+        let frames = Self.frames(.presence(cartID: cart, members: sorted(presence)))
+        presence.wholeFrames = frames
+        return frames
     }
 
     /// `message` framed for every transport, once.

@@ -71,6 +71,7 @@ struct UserToken: JWTPayload, Equatable {
                     ? "the token's carts claim must be an array of cart ids" : "the token's \(claim) claim has the wrong type")
         }
         guard let sub, !sub.value.isEmpty else { throw Self.refusal("the token has no sub") }
+        if let problem = Self.problem(withSubject: sub.value) { throw Self.refusal("the token's sub \(problem)") }
         guard let exp else { throw Self.refusal("the token has no exp") }
         do {
             try exp.verifyNotExpired(currentDate: now)
@@ -107,6 +108,21 @@ struct UserToken: JWTPayload, Equatable {
             mayRead: scopes.contains("read"),
             mayWrite: scopes.contains("write"),
             expiresAt: exp?.value)
+    }
+
+    /// The most bytes (UTF-8) of a `sub`: it is stored with what its user holds (presence
+    /// members, idempotency keys), on every engine.
+    static let maxSubjectBytes = 256
+
+    /// Why `subject` cannot name a user, or nil when it can: longer than `maxSubjectBytes`, or
+    /// with a control character (U+0000–U+001F, U+007F–U+009F), which no engine stores alike
+    /// (PostgreSQL refuses a NUL in text) and no log or page shows as it is.
+    static func problem(withSubject subject: String) -> String? {
+        if subject.utf8.count > maxSubjectBytes { return "is longer than \(maxSubjectBytes) bytes" }
+        if subject.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+            return "contains a control character"
+        }
+        return nil
     }
 
     static func refusal(_ message: String) -> FanoutError {

@@ -37,8 +37,9 @@ struct SubscribeEndpoint: Sendable {
             guard !hub.isShuttingDown else {
                 throw APIError(.shuttingDown, "the server is shutting down")
             }
-            guard hub.subscriberCount < configuration.maxSubscribers else {
-                throw APIError(.serverFull, "the server has its maximum of \(configuration.maxSubscribers) subscribers")
+            guard hub.hasRoomForOneMore else {
+                throw APIError(
+                    .serverFull, "the server has its maximum of \(hub.maxSubscribers) subscribers and waiting long-polls together")
             }
         } catch {
             return loop.makeFailedFuture(error)
