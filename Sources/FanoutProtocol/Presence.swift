@@ -75,6 +75,10 @@ public enum PresenceLimits {
     /// The most state changes one cart takes in one second, all its members together (more are
     /// refused, `presence_rate_limited`): each goes to every follower of the cart.
     public static let maxCartStateChangesPerSecond = 100
+    /// The most presence messages one cart's state changes may make in one second (a change
+    /// makes one per follower): a cart of more than 100 followers takes fewer changes a second
+    /// (10 at 1 000 followers), at least one.
+    public static let maxCartStateDeliveriesPerSecond = 10_000
     /// The most state changes one user (a signed token's `sub`) may make in one second, all its
     /// subscriptions together (more are refused, `presence_rate_limited`).
     public static let maxUserStateChangesPerSecond = 20

@@ -77,11 +77,34 @@ struct PresenceLimitsTests {
         // Bob has his own; the cart takes eight in all.
         for step in 0..<3 { #expect(await change(bob[step], step, at: start + .milliseconds(20)) == nil) }
         let cartFull = await change(bob[0], 3, at: start + .milliseconds(30))
-        #expect(cartFull?.code == .presenceRateLimited && cartFull?.message.contains("cart hot takes at most 8") == true)
+        #expect(
+            cartFull?.code == .presenceRateLimited && cartFull?.message.contains("cart hot takes at most 8") == true,
+            "\(String(describing: cartFull))")
         #expect(
             presence.members(of: "hot").first { $0.member == "b0" }?.state["step"] == .number(0), "a refused change changed nothing")
         // The next second takes changes again.
         #expect(await change(bob[0], 4, at: start + .seconds(1) + .milliseconds(20)) == nil)
         #expect(await change(alice[0], 6, at: start + .seconds(1) + .milliseconds(20)) == nil)
+    }
+
+    /// Each change goes to every follower: a cart of many followers takes fewer changes a
+    /// second, so that its changes make at most `maxCartDeliveriesPerSecond` messages.
+    @Test func aCartOfManyFollowersTakesFewerChangesASecond() async throws {
+        var settings = FanoutHub.Settings(leaseTTL: HubHarness.lease)
+        settings.presence.maxCartDeliveriesPerSecond = 12
+        settings.presence.maxMembersPerUser = 10
+        let harness = try HubHarness(settings)
+        var members: [Subscriber] = []
+        for index in 0..<4 { members.append(try await Self.join(harness, "u\(index)", "m")) }
+        let presence = harness.hub.presence
+        let start = NIODeadline.uptimeNanoseconds(1_000_000_000_000)
+        // Four followers: 12 / 4 = 3 changes a second.
+        for index in 0..<3 {
+            #expect(await Self.refusal { try presence.update(members[index], state: ["n": .number(1)], at: start) } == nil)
+        }
+        let refused = await Self.refusal { try presence.update(members[3], state: ["n": .number(1)], at: start) }
+        #expect(refused?.code == .presenceRateLimited)
+        #expect(refused?.message.contains("at most 3 state changes a second now") == true, "\(String(describing: refused))")
+        #expect(refused?.message.contains("4 followers") == true)
     }
 }

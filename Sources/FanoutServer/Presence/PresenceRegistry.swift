@@ -90,6 +90,14 @@ final class PresenceRegistry: Sendable {
         var maxMembersPerUser = 10
         /// The most state changes a second on one cart, all its members together.
         var maxCartChangesPerSecond = PresenceLimits.maxCartStateChangesPerSecond
+        /// The most presence messages a second a cart's changes may make (a change makes one
+        /// per follower): a cart of many followers takes fewer changes a second, at least one.
+        var maxCartDeliveriesPerSecond = PresenceLimits.maxCartStateDeliveriesPerSecond
+
+        /// The most state changes a second on a cart that `followers` follow.
+        func maxCartChanges(followers: Int) -> Int {
+            min(maxCartChangesPerSecond, max(1, maxCartDeliveriesPerSecond / max(1, followers)))
+        }
         /// The most state changes a second by one user, all its subscriptions together.
         var maxUserChangesPerSecond = PresenceLimits.maxUserStateChangesPerSecond
     }
@@ -200,10 +208,11 @@ final class PresenceRegistry: Sendable {
     private static func takeChange(by membership: Membership, in state: inout State, at now: NIODeadline, limits: Limits) -> FanoutError? {
         for cart in membership.carts.sorted() {
             var probe = state.carts[cart]?.changes ?? ChangeWindow()
-            guard probe.take(at: now, limit: limits.maxCartChangesPerSecond) else {
+            let limit = limits.maxCartChanges(followers: state.carts[cart]?.followers.count ?? 0)
+            guard probe.take(at: now, limit: limit) else {
                 return FanoutError(
                     .presenceRateLimited,
-                    "cart \(cart) takes at most \(limits.maxCartChangesPerSecond) state changes a second, all its members together; this one was not made"
+                    "cart \(cart) takes at most \(limit) state changes a second now, all its members together (each goes to its \(state.carts[cart]?.followers.count ?? 0) followers); this one was not made"
                 )
             }
         }
