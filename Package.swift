@@ -121,6 +121,8 @@ let package = Package(
                 "EventLoopExecutor",
                 serverOnly("PostgresNIO", "postgres-nio"),
                 serverOnly("ServiceLifecycle", "swift-service-lifecycle"),
+                // `sslmode`: the connections' TLS (PostgresNIO's, over swift-nio-ssl).
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],

@@ -37,16 +37,14 @@ final class PostgresBackend: CartStoreBackend {
     static let pollInterval: Duration = .seconds(1)
 
     private init(
-        location: PostgresLocation, client: PostgresClient, executor: EventLoopTaskExecutor, deadline: Duration, databaseID: String,
-        latestSeq: Int64, logger: Logger,
-        commitLimit: Int
+        location: PostgresLocation, client: PostgresClient, maximumConnections: Int, executor: EventLoopTaskExecutor, deadline: Duration,
+        databaseID: String, latestSeq: Int64, logger: Logger, commitLimit: Int
     ) {
         self.location = location
         self.databaseID = databaseID
         self.client = client
         let connections = PostgresConnections(
-            client: client, maximumConnections: location.clientConfiguration(deadline: deadline).options.maximumConnections,
-            timeout: deadline, executor: executor)
+            client: client, maximumConnections: maximumConnections, timeout: deadline, executor: executor)
         self.connections = connections
         self.logger = logger
         self.commits = GroupCommit(limit: commitLimit)
@@ -69,10 +67,11 @@ final class PostgresBackend: CartStoreBackend {
         // A server that is down or refuses us is an error now, rather than requests that wait
         // for the pool to give up.
         let connection: PostgresConnection
+        let tls = try location.connectionTLS()
         do {
             var configuration = PostgresConnection.Configuration(
                 host: location.host, port: location.port, username: location.username,
-                password: location.password, database: location.database, tls: .disable)
+                password: location.password, database: location.database, tls: tls)
             configuration.options.additionalStartupParameters = [PostgresLocation.writerSetting]
             connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
         } catch {
@@ -94,12 +93,12 @@ final class PostgresBackend: CartStoreBackend {
             try? await connection.close()
             throw Self.storage(error, naming: location.description)
         }
-        let configuration = location.clientConfiguration(deadline: deadline)
+        let configuration = try location.clientConfiguration(deadline: deadline)
         let loops = PostgresClient.defaultEventLoopGroup
         let client = PostgresClient(configuration: configuration, eventLoopGroup: loops, backgroundLogger: clientLogger)
         return PostgresBackend(
-            location: location, client: client, executor: EventLoopTaskExecutor(loops.next()), deadline: deadline, databaseID: databaseID,
-            latestSeq: latest, logger: logger,
+            location: location, client: client, maximumConnections: configuration.options.maximumConnections,
+            executor: EventLoopTaskExecutor(loops.next()), deadline: deadline, databaseID: databaseID, latestSeq: latest, logger: logger,
             commitLimit: commitLimit)
     }
 
@@ -313,6 +312,9 @@ final class PostgresBackend: CartStoreBackend {
         }
         if let psql = error as? PSQLError {
             if let message = psql.serverInfo?[.message] { return message }
+            if psql.code == .sslUnsupported { return "the server does not offer TLS, which sslmode requires" }
+            // What failed underneath: the connection refused, the name not found, a certificate.
+            if let underlying = psql.underlying { return "\(psql.code): \(underlying)" }
             return "\(psql.code)"
         }
         return "\(error)"

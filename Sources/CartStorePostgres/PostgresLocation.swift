@@ -1,16 +1,39 @@
 import CartStore
 import Foundation
+import NIOSSL
 import PostgresNIO
 
-/// Where a PostgreSQL database is: `postgres://user[:password]@host[:port]/database` (or
-/// `postgresql://`), the form `DATABASE_URL` takes. TLS is not used: the server is expected on
-/// the same host or a private network.
+/// Where a PostgreSQL database is, and how to reach it:
+/// `postgres://user[:password]@host[:port]/database[?sslmode=…&sslrootcert=…]` (or
+/// `postgresql://`), the form `DATABASE_URL` takes, with libpq's meaning of `sslmode`:
+///
+/// - `disable`: no TLS.
+/// - `prefer` (the default, as libpq's): TLS when the server offers it, its certificate not
+///   checked; without, in the clear.
+/// - `require`: TLS or no connection; the certificate not checked (it encrypts, it does not tell
+///   who answers).
+/// - `verify-ca`: TLS, with a certificate signed by `sslrootcert` (a PEM file), or by a CA the
+///   system trusts.
+/// - `verify-full`: as `verify-ca`, and the certificate names the URL's host.
+///
+/// Anything else in the query (`allow`, client certificates, other parameters) is refused with
+/// the reason, never ignored: a URL that says `sslmode=require` must not connect in the clear.
 struct PostgresLocation: Sendable, Equatable {
+    /// How the connections use TLS (`sslmode`).
+    enum TLSMode: String, Sendable, Equatable, CaseIterable {
+        case disable, prefer, require
+        case verifyCA = "verify-ca"
+        case verifyFull = "verify-full"
+    }
+
     var host: String
     var port: Int
     var username: String
     var password: String?
     var database: String
+    var tlsMode: TLSMode = .prefer
+    /// `sslrootcert`: the CA certificates (PEM) a `verify-` mode trusts, instead of the system's.
+    var rootCertificates: String?
 
     init(url string: String) throws {
         guard CartStore.isPostgresURL(string), let url = URLComponents(string: string),
@@ -30,12 +53,81 @@ struct PostgresLocation: Sendable, Equatable {
         username = url.user.flatMap { $0.removingPercentEncoding } ?? "postgres"
         password = url.password.flatMap { $0.removingPercentEncoding }
         self.database = database.removingPercentEncoding ?? database
+        for item in url.queryItems ?? [] {
+            switch item.name {
+            case "sslmode":
+                guard let mode = item.value.flatMap(TLSMode.init(rawValue:)) else {
+                    throw CartStoreError(
+                        .storeUnavailable,
+                        "sslmode=\(item.value ?? "") is not supported: use \(TLSMode.allCases.map(\.rawValue).joined(separator: ", ")) (the PostgreSQL URL \(CartStore.printableLocation(string)))"
+                    )
+                }
+                tlsMode = mode
+            case "sslrootcert":
+                guard let path = item.value, !path.isEmpty else {
+                    throw CartStoreError(
+                        .storeUnavailable, "sslrootcert names no file (the PostgreSQL URL \(CartStore.printableLocation(string)))")
+                }
+                rootCertificates = path
+            default:
+                throw CartStoreError(
+                    .storeUnavailable,
+                    "the PostgreSQL URL's parameter \(item.name) is not supported (fanout reads sslmode and sslrootcert): \(CartStore.printableLocation(string))"
+                )
+            }
+        }
+        if rootCertificates != nil, ![.verifyCA, .verifyFull].contains(tlsMode) {
+            throw CartStoreError(
+                .storeUnavailable,
+                "sslrootcert is used by sslmode=verify-ca or verify-full only (the PostgreSQL URL \(CartStore.printableLocation(string)))")
+        }
+    }
+
+    /// The TLS of a connection, as `tlsMode` says: nil for none.
+    ///
+    /// - Throws: `storeUnavailable` when `sslrootcert` cannot be read as PEM certificates.
+    func tlsConfiguration() throws -> TLSConfiguration? {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        switch tlsMode {
+        case .disable:
+            return nil
+        case .prefer, .require:
+            configuration.certificateVerification = .none
+        case .verifyCA, .verifyFull:
+            configuration.certificateVerification = tlsMode == .verifyFull ? .fullVerification : .noHostnameVerification
+            if let rootCertificates {
+                do {
+                    configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(rootCertificates))
+                } catch {
+                    throw CartStoreError(.storeUnavailable, "sslrootcert \(rootCertificates) cannot be read as PEM certificates: \(error)")
+                }
+            }
+        }
+        return configuration
+    }
+
+    /// The pool's TLS.
+    func clientTLS() throws -> PostgresClient.Configuration.TLS {
+        guard let configuration = try tlsConfiguration() else { return .disable }
+        return tlsMode == .prefer ? .prefer(configuration) : .require(configuration)
+    }
+
+    /// The TLS of a connection of its own (the migrations').
+    func connectionTLS() throws -> PostgresConnection.Configuration.TLS {
+        guard let configuration = try tlsConfiguration() else { return .disable }
+        let context: NIOSSLContext
+        do {
+            context = try NIOSSLContext(configuration: configuration)
+        } catch {
+            throw CartStoreError(.storeUnavailable, "TLS for the database cannot be set up: \(error)")
+        }
+        return tlsMode == .prefer ? .prefer(context) : .require(context)
     }
 
     /// The pool's configuration, for uses of the database that end by `deadline`.
-    func clientConfiguration(deadline: Duration) -> PostgresClient.Configuration {
+    func clientConfiguration(deadline: Duration) throws -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
-            host: host, port: port, username: username, password: password, database: database, tls: .disable)
+            host: host, port: port, username: username, password: password, database: database, tls: try clientTLS())
         configuration.options.additionalStartupParameters = Self.sessionSettings(deadline: deadline)
         // A new connection to a database that accepts but does not answer (frozen) is given up
         // like any other use of it (`PostgresConnections`); the pool then tries again.

@@ -75,8 +75,9 @@ public final class PostgresServer: Sendable {
     }
 
     /// A new throwaway cluster even when FANOUT_POSTGRES_URL is set (the tests of this harness),
-    /// with its database `fanout`.
-    public static func startCluster() async throws -> PostgresServer {
+    /// with its database `fanout`; with `tls`, it offers TLS (`ssl = on`) with that certificate
+    /// and key (PEM files, copied into the cluster's folder).
+    public static func startCluster(tls: (certificate: URL, key: URL)? = nil) async throws -> PostgresServer {
         guard let binDirectory, isInstalled else {
             throw PostgresServerError(
                 description:
@@ -87,7 +88,7 @@ public final class PostgresServer: Sendable {
             directory: FileManager.default.temporaryDirectory.appending(path: "fanout-postgres-\(UUID().uuidString)"))
         let port: Int
         do {
-            port = try await cluster.create()
+            port = try await cluster.create(tls: tls)
         } catch {
             cluster.quit()
             await cluster.remove()
@@ -238,8 +239,9 @@ private struct Cluster {
     private static let runsAsRoot = geteuid() == 0
     private static let postgresAccount = getpwnam("postgres").map { (uid: $0.pointee.pw_uid, gid: $0.pointee.pw_gid) }
 
-    /// Makes the cluster and starts its server; returns the port it listens on.
-    func create() async throws -> Int {
+    /// Makes the cluster and starts its server (offering TLS with `tls`'s certificate and key);
+    /// returns the port it listens on.
+    func create(tls: (certificate: URL, key: URL)? = nil) async throws -> Int {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         if Self.runsAsRoot {
             guard let account = Self.postgresAccount else {
@@ -275,7 +277,7 @@ private struct Cluster {
             fsync = off
             full_page_writes = off
 
-            """
+            """ + (try installTLS(tls))
         let configuration = try FileHandle(forWritingTo: data.appending(path: "postgresql.conf"))
         try configuration.seekToEnd()
         try configuration.write(contentsOf: Data(settings.utf8))
@@ -299,6 +301,31 @@ private struct Cluster {
             }
             attempts += 1
         }
+    }
+
+    /// Copies a certificate and its key into the cluster's folder, readable by the server's
+    /// account only (PostgreSQL refuses a key others may read), and returns the settings that
+    /// offer TLS with them; "" without.
+    private func installTLS(_ tls: (certificate: URL, key: URL)?) throws -> String {
+        guard let tls else { return "" }
+        let certificate = directory.appending(path: "server.crt")
+        let key = directory.appending(path: "server.key")
+        try FileManager.default.copyItem(at: tls.certificate, to: certificate)
+        try FileManager.default.copyItem(at: tls.key, to: key)
+        for file in [certificate, key] {
+            if Self.runsAsRoot, let account = Self.postgresAccount {
+                guard chown(file.path, account.uid, account.gid) == 0 else {
+                    throw PostgresServerError(description: "cannot give \(file.path) to the postgres user: errno \(errno)")
+                }
+            }
+            guard chmod(file.path, 0o600) == 0 else { throw PostgresServerError(description: "cannot chmod \(file.path): errno \(errno)") }
+        }
+        return """
+            ssl = on
+            ssl_cert_file = '\(certificate.path)'
+            ssl_key_file = '\(key.path)'
+
+            """
     }
 
     /// Gives the cluster's postmaster (and the sessions it forks from now on) a higher CPU
