@@ -1,10 +1,12 @@
 import ArgumentParser
 import CartStore
 import CartStorePostgres
+import FanoutProtocol
 import Foundation
 import Hummingbird
 import Logging
 import NIOCore
+import Synchronization
 
 /// `fanout-server`: parses the command line, opens the store, runs the server.
 @main
@@ -20,6 +22,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
             Each user sees only their own carts with signed tokens (see `fanout-server token`).
             Example: fanout-server --token OPERATOR-KEY --jwt-secret SECRET
             """,
+        version: FanoutVersion.current,
         subcommands: [TokenCommand.self])
 
     @Option(help: "Port to listen on; 0 picks a free one.")
@@ -126,9 +129,6 @@ struct FanoutServerCommand: AsyncParsableCommand {
         guard presenceMaxMembers >= 1 else { throw ValidationError("--presence-max-members must be ≥ 1") }
         guard presenceMaxMembersPerUser >= 1 else { throw ValidationError("--presence-max-members-per-user must be ≥ 1") }
         if let threads, !(1...Self.maxThreads).contains(threads) { throw ValidationError("--threads must be 1…\(Self.maxThreads)") }
-        if let secret = signing.secret(environment: ProcessInfo.processInfo.environment), let weakness = TokenKeys.weakness(of: secret) {
-            FileHandle.standardError.write(Data("warning: \(weakness)\n".utf8))
-        }
         if let level = logLevel ?? ProcessInfo.processInfo.environment["LOG_LEVEL"], Logger.Level(rawValue: level) == nil {
             throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
         }
@@ -142,6 +142,10 @@ struct FanoutServerCommand: AsyncParsableCommand {
         // loops (SwiftNIO also reads NIO_SINGLETON_GROUP_LOOP_COUNT when the flag is absent).
         if let threads { NIOSingletons.groupLoopCountSuggestion = threads }
         var configuration = try configuration(environment: ProcessInfo.processInfo.environment)
+        // Here, not in `validate()`, which runs for `token` too (it says it once itself).
+        if let secret = configuration.jwtSecret, let weakness = TokenKeys.weakness(of: secret) {
+            FileHandle.standardError.write(Data("warning: \(weakness)\n".utf8))
+        }
 
         LoggingSystem.bootstrap { label in ServerLogHandler(label: label) }
         var logger = Logger(label: "fanout")
@@ -168,12 +172,53 @@ struct FanoutServerCommand: AsyncParsableCommand {
         }
 
         let host = configuration.host
-        let server = try await Self.build(configuration: configuration, logger: logger) { port in
-            // Unbuffered: scripts and tests wait for this line.
-            FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
+        let port = configuration.port
+        // A database file this start creates is removed again if the server never listens (its
+        // port taken, say): a failed start leaves nothing behind.
+        let newFile = CartStore.isPostgresURL(configuration.database) ? nil : Self.newFile(configuration.database)
+        let listening = Synchronization.Atomic<Bool>(false)
+        let server: FanoutServerApp
+        do {
+            server = try await Self.build(configuration: configuration, logger: logger) { port in
+                listening.store(true, ordering: .relaxed)
+                // Unbuffered: scripts and tests wait for this line.
+                FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
+            }
+        } catch {
+            if let newFile { Self.remove(newFile) }
+            throw error
         }
-        try await server.run()
+        do {
+            try await server.run()
+        } catch {
+            guard !listening.load(ordering: .relaxed) else { throw error }
+            try? server.store.close()
+            if let newFile { Self.remove(newFile) }
+            if Self.isAddressInUse(error) {
+                throw StartupFailure(
+                    description:
+                        "port \(port) on \(host) is in use by another program: stop it, or choose another port with --port (0 picks a free one)"
+                )
+            }
+            throw StartupFailure(description: "cannot listen on \(host):\(port): \(error)")
+        }
         try server.store.close()
+    }
+
+    /// `path`, if no file is there yet (a new SQLite database would be made there).
+    private static func newFile(_ path: String) -> String? {
+        FileManager.default.fileExists(atPath: path) ? nil : path
+    }
+
+    /// Removes a SQLite database this start made, with its journal and lock files.
+    private static func remove(_ path: String) {
+        for suffix in ["", "-wal", "-shm", "-journal", "-lock"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+    }
+
+    /// Whether `error` (or the error it wraps) is a bind refused for an address in use.
+    private static func isAddressInUse(_ error: any Error) -> Bool {
+        if let io = error as? IOError { return io.errnoCode == EADDRINUSE }
+        return "\(error)".contains("Address already in use")
     }
 
     /// The server's configuration from the flags, and from `environment` where a flag is absent
@@ -187,6 +232,15 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.database =
             databaseURL ?? database
             ?? environment["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? configuration.database
+        if let scheme = configuration.database.range(of: "://").map({ configuration.database[..<$0.lowerBound] }),
+            !CartStore.isPostgresURL(configuration.database)
+        {
+            // Not a file's path either: "mysql://…" would have made a folder named "mysql:".
+            throw StartupFailure(
+                description:
+                    "--db takes a SQLite database file's path or a PostgreSQL URL (postgres://user@host:port/database); a \(scheme.prefix(20)):// URL is not supported"
+            )
+        }
         configuration.heartbeatInterval = .seconds(heartbeatInterval)
         configuration.leaseTTL = .seconds(leaseTtl)
         configuration.ringSize = ringSize

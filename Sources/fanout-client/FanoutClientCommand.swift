@@ -12,6 +12,7 @@ struct FanoutClient: AsyncParsableCommand {
               fanout-client subscribe --url ws://127.0.0.1:8080/subscribe
               fanout-client cart add alice apple --quantity 2 --price 50
             """,
+        version: FanoutVersion.current,
         subcommands: [SubscribeCommand.self, CartCommand.self])
 }
 

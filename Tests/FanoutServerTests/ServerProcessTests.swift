@@ -224,6 +224,39 @@ struct ServerProcessTests {
         #expect(!outcome.standardOutput.contains("listening"))
     }
 
+    /// What an operator reads when a start fails, and `--version`: the port that is taken (it
+    /// said only `bind(descriptor:ptr:bytes:): Address already in use (errno: 98)`), a URL of
+    /// another database (`mysql://` was taken as a file's path), and no database file left
+    /// behind by a start that never listened; the short-secret warning once (it came twice).
+    @Test func startUpErrorsNameTheProblemAndLeaveNothingBehind() async throws {
+        for program in ["fanout-server", "fanout-client"] {
+            let version = try await runToExit(program, ["--version"])
+            #expect(version.status == 0 && version.standardOutput == FanoutVersion.current + "\n", "\(program): \(version.standardOutput)")
+        }
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let running = try await ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "first.sqlite").path])
+        let second = directory.appending(path: "second.sqlite").path
+        let taken = try await runToExit("fanout-server", ["--port", "\(running.port)", "--db", second])
+        #expect(taken.status == 1)
+        #expect(
+            taken.standardError.contains("port \(running.port) on 127.0.0.1 is in use by another program"), "\(taken.standardError)")
+        #expect(!FileManager.default.fileExists(atPath: second), "the database the failed start made is gone")
+        #expect(!FileManager.default.fileExists(atPath: second + "-lock"))
+        running.signal(SIGTERM)
+        #expect(await running.waitForExit() == 0)
+
+        let mysql = try await runToExit("fanout-server", ["--port", "0", "--db", "mysql://fanout:secret@db.internal/carts"])
+        #expect(mysql.status == 1)
+        #expect(mysql.standardError.contains("a mysql:// URL is not supported"), "\(mysql.standardError)")
+        #expect(!mysql.standardError.contains("secret"), "the password is not printed")
+
+        let token = try await runToExit("fanout-server", ["token", "--sub", "a", "--carts", "a", "--jwt-secret", "short"])
+        #expect(token.status == 0)
+        #expect(token.standardError.components(separatedBy: "warning:").count == 2, "one warning: \(token.standardError)")
+    }
+
     @Test func badCommandLinesExitNonZeroWithAMessage() async throws {
         for arguments in [
             ["--port", "70000"], ["--lease-ttl", "1", "--heartbeat-interval", "5"], ["--log-level", "loud"],
