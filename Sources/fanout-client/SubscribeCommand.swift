@@ -166,7 +166,17 @@ final class EventPrinter: Sendable {
         var last: Int64?
         /// Carts in the parts of the snapshot under way.
         var cartsInParts = 0
+        /// Disconnected since the last welcome: the outage was said once, its end is said next.
+        var inOutage = false
+        /// A welcome came at least once: the server's name resolved then.
+        var everConnected = false
+        /// Attempts in a row whose host name did not resolve.
+        var unresolved = 0
     }
+
+    /// Attempts in a row whose host name does not resolve before the client gives up, when it
+    /// never connected (a name that once resolved is retried for good: the network may be down).
+    static let unresolvedAttempts = 3
 
     init(format: SubscribeCommand.Format, position: any ResumePosition, start: Int64?, output: FileHandle = .standardOutput) {
         self.format = format
@@ -205,6 +215,12 @@ final class EventPrinter: Sendable {
         case .welcome(let welcome):
             // A new connection: parts of a snapshot cut short by a disconnect are dropped.
             progress.cartsInParts = 0
+            progress.everConnected = true
+            progress.unresolved = 0
+            if progress.inOutage {
+                progress.inOutage = false
+                report("reconnected\(progress.last.map { "; resuming after seq \($0)" } ?? "")")
+            }
             // A seq of another database (a reset one, a new one, another server's) says nothing
             // of this one's changes: resuming after it would skip some of them silently.
             if let databaseID = welcome.databaseID, try !position.use(databaseID: databaseID), let last = progress.last {
@@ -220,12 +236,28 @@ final class EventPrinter: Sendable {
         case .serverError(let code, let message):
             report("server error \(code): \(message)")
         case .disconnected(let problem, _):
-            report("\(problem); retrying, to resume after seq \(progress.last.map(String.init) ?? "none")")
+            if problem.isUnresolvable, !progress.everConnected {
+                progress.unresolved += 1
+                if progress.unresolved >= Self.unresolvedAttempts {
+                    throw ClientFailure("\(Self.spoken(problem)) (tried \(progress.unresolved) times); giving up")
+                }
+            }
+            // Said once per outage, not at each attempt; its end is said when it ends.
+            guard !progress.inOutage else { return }
+            progress.inOutage = true
+            report("\(Self.spoken(problem)); retrying\(progress.last.map { ", to resume after seq \($0)" } ?? "")")
         case .refused(let error, _):
             throw ClientFailure("\(error)")
         case .connecting:
             break
         }
+    }
+
+    /// A problem as a line for people: what made the connection end, without the category's
+    /// prefix for the plain ones ("cannot reach 127.0.0.1:8080 (connection refused: …)").
+    static func spoken(_ problem: ConnectionProblem) -> String {
+        if case .unreachable(let why) = problem { return why }
+        return "\(problem)"
     }
 
     /// The subscription resumed on another database than the position's: it starts over.

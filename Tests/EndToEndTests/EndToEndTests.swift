@@ -147,6 +147,32 @@ struct EndToEndTests {
         server.signal(SIGTERM)
     }
 
+    /// An outage as a person reads it: one line when it begins ("cannot reach HOST:PORT
+    /// (connection refused …)"), not SwiftNIO's account of each attempt (a 200-character line
+    /// per retry, 83 lines in 3 minutes), and one when it ends; a name that does not resolve is
+    /// given up on with exit status 1 (it was retried for ever).
+    @Test func aClientSaysAnOutageOnceAndItsEndAndGivesUpOnANameThatDoesNotResolve() async throws {
+        let (database, cleanup) = try Self.temporaryDatabase()
+        defer { cleanup() }
+        let port = try freeLoopbackPort()
+        let client = try await SubscribeProcess(port: port)
+        await eventually("the outage said") { client.process.standardError.contains("cannot reach 127.0.0.1:\(port) (connection refused") }
+        let server = try await ServerProcess(arguments: ["--port", "\(port)", "--db", database])
+        await eventually("its end said") { client.process.standardError.contains("fanout-client: reconnected") }
+        await eventually("the snapshot") { client.output.first?.type == "snapshot" }
+        let said = client.process.standardError
+        #expect(said.components(separatedBy: "cannot reach").count == 2, "once, however many attempts: \(said)")
+        #expect(!said.contains("NIOConnectionError") && !said.contains("SingleConnectionFailure"), "\(said)")
+        server.signal(SIGTERM)
+        _ = await server.waitForExit()
+
+        let unknown = try await runToExit(
+            "fanout-client", ["subscribe", "--url", "ws://nosuchhost.invalid:8080/subscribe"], timeout: .seconds(60))
+        #expect(!unknown.timedOut && unknown.status == 1, "status \(unknown.status)")
+        #expect(unknown.standardError.contains("cannot resolve nosuchhost.invalid"), "\(unknown.standardError)")
+        #expect(unknown.standardError.contains("giving up"))
+    }
+
     /// A state file of another database (a new one, with more events than the file's seq):
     /// the client says so and starts over from a snapshot, rather than resuming after a seq
     /// that counts another database's changes (it printed 6, 7 and 8 only, skipping five).

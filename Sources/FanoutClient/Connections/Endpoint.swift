@@ -38,6 +38,39 @@ struct Endpoint: Sendable {
     /// `Host` header value.
     var hostHeader: String { "\(host):\(port)" }
 
+    /// No connection could be made, said as a person reads it: "cannot reach HOST:PORT
+    /// (connection refused)", or "cannot resolve HOST" (`ConnectionProblem.isUnresolvable`),
+    /// rather than SwiftNIO's account of every address tried.
+    func unreachable(_ error: any Error) -> RemoteStoreError {
+        if let failure = error as? NIOConnectionError, failure.connectionErrors.isEmpty,
+            failure.dnsAError != nil || failure.dnsAAAAError != nil
+        {
+            return .unreachable(ConnectionProblem.cannotResolve(host))
+        }
+        if error is SocketAddressError { return .unreachable(ConnectionProblem.cannotResolve(host)) }
+        return .unreachable("cannot reach \(host):\(port) (\(Self.reason(error)))")
+    }
+
+    /// Why a connection failed, in a few words.
+    static func reason(_ error: any Error) -> String {
+        switch error {
+        case let failure as NIOConnectionError:
+            failure.connectionErrors.first.map { reason($0.error) } ?? "no address to connect to"
+        case let io as IOError:
+            switch io.errnoCode {
+            case ECONNREFUSED: "connection refused: is the server running?"
+            case ETIMEDOUT: "timed out"
+            case EHOSTUNREACH, ENETUNREACH: "no route to the host"
+            case ECONNRESET: "the connection was reset"
+            default: String(cString: strerror(io.errnoCode))
+            }
+        case ChannelError.connectTimeout: "no connection within the time allowed"
+        case is NIOSSLError, is BoringSSLError:
+            "the TLS handshake failed: is it a TLS (https, wss) server, with a certificate this device trusts?"
+        default: "\(error)"
+        }
+    }
+
     /// The request target of `url`: its path (or `/`) and query.
     static func target(of url: URL) -> String {
         var target = url.path.isEmpty ? "/" : url.path
@@ -68,7 +101,7 @@ struct Endpoint: Sendable {
                 }
             }
         } catch {
-            throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
+            throw unreachable(error)
         }
     }
 

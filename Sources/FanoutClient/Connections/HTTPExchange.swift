@@ -93,7 +93,7 @@ enum HTTPExchange {
         } catch let error as RemoteStoreError {
             throw error
         } catch {
-            throw RemoteStoreError.unreachable("\(host):\(port): \(error)")
+            throw RemoteStoreError.unreachable("\(host):\(port): \(Endpoint.reason(error))")
         }
     }
 }

@@ -28,7 +28,6 @@ struct WebSocketLink {
         _ body: (_ messages: Messages, _ writer: Writer) async throws -> Void
     ) async throws -> Int? {
         let endpoint = try Endpoint(url)
-        let (host, port) = (endpoint.host, endpoint.port)
         var headers = HTTPHeaders([("Host", endpoint.hostHeader)])
         if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }
         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: Endpoint.target(of: url), headers: headers)
@@ -57,7 +56,7 @@ struct WebSocketLink {
                 }
             }
         } catch {
-            throw RemoteStoreError.unreachable("cannot reach \(host):\(port): \(error)")
+            throw endpoint.unreachable(error)
         }
         let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
         do {
@@ -68,7 +67,7 @@ struct WebSocketLink {
         } catch let refused as UpgradeRefused {
             throw refused
         } catch {
-            throw RemoteStoreError.unreachable("the WebSocket upgrade failed: \(error)")
+            throw RemoteStoreError.unreachable("the WebSocket upgrade failed (\(Endpoint.reason(error)))")
         }
         return try await channel.executeThenClose { inbound, outbound in
             let writer = Writer(outbound: outbound)

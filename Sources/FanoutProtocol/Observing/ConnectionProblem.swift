@@ -15,6 +15,16 @@ public enum ConnectionProblem: Error, Sendable, Hashable, CustomStringConvertibl
     /// The server sent what the protocol does not allow; the store reconnects and resumes.
     case protocolViolation(String)
 
+    /// The server's name does not resolve (a typo, or no network to ask).
+    public var isUnresolvable: Bool {
+        if case .unreachable(let why) = self { why.hasPrefix(Self.cannotResolvePrefix) } else { false }
+    }
+
+    private static let cannotResolvePrefix = "cannot resolve "
+
+    /// What `unreachable` says of a host name that does not resolve.
+    package static func cannotResolve(_ host: String) -> String { cannotResolvePrefix + host }
+
     /// Nothing reached the server, or nothing came back: the device may be offline.
     public var isUnreachable: Bool {
         if case .unreachable = self { true } else { false }
