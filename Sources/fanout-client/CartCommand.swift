@@ -16,6 +16,19 @@ struct CartCommand: AsyncParsableCommand {
             """,
         subcommands: [List.self, Show.self, Add.self, Set.self, Remove.self, Clear.self])
 
+    /// Checks the values a command names before asking the server: the same rule, message and
+    /// exit status (64) for every command (and for `subscribe`'s carts).
+    static func check(cart: String? = nil, sku: String? = nil, quantity: Int? = nil, allowZero: Bool = false, price: Int? = nil) throws {
+        do throws(FanoutError) {
+            if let cart { try CartLimits.checkCartID(cart) }
+            if let sku { try CartLimits.checkSKU(sku) }
+            if let quantity { try CartLimits.checkQuantity(quantity, allowZero: allowZero) }
+            if let price { try CartLimits.checkPrice(price) }
+        } catch {
+            throw ValidationError(error.message)
+        }
+    }
+
     struct Connection: ParsableArguments {
         @Option(help: "The server's base URL.")
         var url: String = "http://127.0.0.1:8080"
@@ -48,6 +61,8 @@ struct CartCommand: AsyncParsableCommand {
         @OptionGroup var connection: Connection
         @Argument(help: "Cart id.") var cartID: String
 
+        func validate() throws { try CartCommand.check(cart: cartID) }
+
         func run() async throws {
             let answer = try await connection.api().cart(cartID)
             print(CartText.detail(answer.cart, seq: answer.seq))
@@ -61,9 +76,12 @@ struct CartCommand: AsyncParsableCommand {
         @OptionGroup var connection: Connection
         @Argument(help: "Cart id.") var cartID: String
         @Argument(help: "Item sku.") var sku: String
-        @Option(help: "How many to add (1…10000).") var quantity: Int
-        @Option(help: "Unit price in cents.") var price: Int
+        // Unconditional: `--price -5` reads -5, refused below as a price, not "missing value".
+        @Option(parsing: .unconditional, help: "How many to add (1…10000).") var quantity: Int
+        @Option(parsing: .unconditional, help: "Unit price in cents (0…1000000000).") var price: Int
         @Option(help: "Display name.") var name: String?
+
+        func validate() throws { try CartCommand.check(cart: cartID, sku: sku, quantity: quantity, price: price) }
 
         func run() async throws {
             print(
@@ -80,6 +98,8 @@ struct CartCommand: AsyncParsableCommand {
         @Argument(help: "Item sku.") var sku: String
         @Argument(help: "New quantity (0…10000).") var quantity: Int
 
+        func validate() throws { try CartCommand.check(cart: cartID, sku: sku, quantity: quantity, allowZero: true) }
+
         func run() async throws {
             print(CartText.mutation(try await connection.api().setQuantity(of: sku, to: quantity, in: cartID)))
         }
@@ -92,6 +112,8 @@ struct CartCommand: AsyncParsableCommand {
         @Argument(help: "Cart id.") var cartID: String
         @Argument(help: "Item sku.") var sku: String
 
+        func validate() throws { try CartCommand.check(cart: cartID, sku: sku) }
+
         func run() async throws {
             print(CartText.mutation(try await connection.api().removeItem(sku, from: cartID)))
         }
@@ -102,6 +124,8 @@ struct CartCommand: AsyncParsableCommand {
             abstract: "Remove every item of a cart.", discussion: "Example: fanout-client cart clear alice")
         @OptionGroup var connection: Connection
         @Argument(help: "Cart id.") var cartID: String
+
+        func validate() throws { try CartCommand.check(cart: cartID) }
 
         func run() async throws {
             print(CartText.mutation(try await connection.api().clear(cartID)))

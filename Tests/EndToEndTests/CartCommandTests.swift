@@ -43,4 +43,25 @@ struct CartCommandTests {
         #expect(unauthorized.status == 1)
         #expect(unauthorized.error.contains("401 unauthorized"), "stderr: \(unauthorized.error)")
     }
+
+    /// A value no server would take is refused before anything is sent, with the rule, and the
+    /// same exit status (64, a usage error) from every command: a bad cart id exited 1 from
+    /// `cart show` and 64 from `subscribe`; `--price -5` said "Missing value".
+    @Test func badValuesAreRefusedWithTheRuleAndOneExitStatus() async throws {
+        let refused: [([String], String)] = [
+            (["cart", "show", "bad id"], "a cart id is 1–64 characters"),
+            (["cart", "clear", "bad id"], "a cart id is 1–64 characters"),
+            (["subscribe", "--cart", "bad id"], "a cart id is 1–64 characters"),
+            (["cart", "add", "alice", "apple", "--quantity", "2", "--price", "-5"], "must be 0…1000000000 (got -5)"),
+            (["cart", "add", "alice", "apple", "--quantity", "0", "--price", "5"], "quantity must be 1…10000 (got 0)"),
+            (["cart", "set", "alice", "bad sku", "3"], "a sku is 1–64 characters"),
+        ]
+        // Nothing listens on port 1: a value that got past the check would fail to connect (exit 1).
+        for (arguments, rule) in refused {
+            let answer = try await Self.client(
+                arguments + ["--url", arguments[0] == "subscribe" ? "ws://127.0.0.1:1/subscribe" : "http://127.0.0.1:1"])
+            #expect(answer.status == 64, "\(arguments): \(answer.error)")
+            #expect(answer.error.contains(rule), "\(arguments): \(answer.error)")
+        }
+    }
 }
