@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import HummingbirdCore
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import ProcessSignals
 import ServiceLifecycle
@@ -25,12 +26,26 @@ struct FanoutServerApp: Sendable {
     func run() async throws {
         let group = ServiceGroup(configuration: .init(services: [application], logger: logger))
         let logger = self.logger
+        let hub = self.hub
+        let shutdown = NIOLockedValueBox<(at: ContinuousClock.Instant, subscribers: Int)?>(nil)
         let signals = try SignalWatch([SIGTERM, SIGINT]) { signal in
-            logger.info("signal received; shutting down", metadata: ["fanout.signal": "\(signal == SIGTERM ? "SIGTERM" : "SIGINT")"])
+            shutdown.withLockedValue { $0 = $0 ?? (.now, hub.subscriberCount) }
+            logger.info(
+                "signal received; shutting down",
+                metadata: ["fanout.signal": "\(signal == SIGTERM ? "SIGTERM" : "SIGINT")", "fanout.subscribers": "\(hub.subscriberCount)"])
             Task { await group.triggerGracefulShutdown() }
         }
         defer { withExtendedLifetime(signals) {} }
         try await group.run()
+        if let (at, subscribers) = shutdown.withLockedValue({ $0 }) {
+            let took = at.duration(to: .now)
+            logger.info(
+                "shutdown done",
+                metadata: [
+                    "fanout.subscribers_closed": "\(subscribers)",
+                    "fanout.took_ms": "\(took.components.seconds * 1_000 + took.components.attoseconds / 1_000_000_000_000_000)",
+                ])
+        }
     }
 }
 

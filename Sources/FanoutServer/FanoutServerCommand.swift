@@ -179,8 +179,11 @@ struct FanoutServerCommand: AsyncParsableCommand {
         let listening = Synchronization.Atomic<Bool>(false)
         let server: FanoutServerApp
         do {
+            let started = Self.startLine(configuration, openFiles: openFiles)
+            let logger = logger
             server = try await Self.build(configuration: configuration, logger: logger) { port in
                 listening.store(true, ordering: .relaxed)
+                logger.info("fanout-server started", metadata: started.merging(["fanout.port": "\(port)"]) { $1 })
                 // Unbuffered: scripts and tests wait for this line.
                 FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
             }
@@ -203,6 +206,29 @@ struct FanoutServerCommand: AsyncParsableCommand {
             throw StartupFailure(description: "cannot listen on \(host):\(port): \(error)")
         }
         try server.store.close()
+    }
+
+    /// What the start line says: the version, the engine and the database (without its
+    /// password), how clients are let in, and the limits in force.
+    private static func startLine(_ configuration: ServerConfiguration, openFiles: Int) -> Logger.Metadata {
+        let engine = CartStore.isPostgresURL(configuration.database) ? "postgresql" : "sqlite"
+        var access: [String] = []
+        if configuration.token != nil { access.append("operator token") }
+        if configuration.jwtSecret != nil { access.append("signed tokens (HS256 secret)") }
+        if configuration.jwtKey != nil { access.append("signed tokens (public keys)") }
+        if access.isEmpty { access.append("open: no credential asked") }
+        return [
+            "fanout.version": "\(FanoutVersion.current)",
+            "fanout.engine": "\(engine)",
+            "fanout.database": "\(CartStore.printableLocation(configuration.database))",
+            "fanout.host": "\(configuration.host)",
+            "fanout.access": "\(access.joined(separator: " + "))",
+            "fanout.max_subscribers": "\(configuration.maxSubscribers)",
+            "fanout.open_files": "\(openFiles)",
+            "fanout.threads": "\(NIOSingletons.groupLoopCountSuggestion)",
+            "fanout.lease_ttl_s": "\(configuration.leaseTTL.seconds)",
+            "fanout.heartbeat_s": "\(configuration.heartbeatInterval.seconds)",
+        ]
     }
 
     /// `path`, if no file is there yet (a new SQLite database would be made there).

@@ -224,6 +224,31 @@ struct ServerProcessTests {
         #expect(!outcome.standardOutput.contains("listening"))
     }
 
+    /// The log says what the server is once it listens (version, engine, database without its
+    /// password, how clients get in, the limits in force) and when a shutdown is done (it said
+    /// only "Server started…" and "signal received").
+    @Test func theLogSaysWhatTheServerIsAndWhenItHasStopped() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = directory.appending(path: "db.sqlite").path
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database, "--token", "operator-secret-value"])
+        await eventually("the start line") { server.standardError.contains("fanout-server started") }
+        let start = try #require(server.standardError.split(separator: "\n").first { $0.contains("fanout-server started") })
+        for expected in [
+            "fanout.version=\(FanoutVersion.current)", "fanout.engine=sqlite", "fanout.database=\(database)",
+            "fanout.access=operator token",
+            "fanout.port=\(server.port)", "fanout.max_subscribers=", "fanout.open_files=", "fanout.lease_ttl_s=15.0",
+        ] {
+            #expect(start.contains(expected), "\(expected) in \(start)")
+        }
+        #expect(!server.standardError.contains("operator-secret-value"), "a token is never logged")
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+        #expect(server.standardError.contains("shutdown done"), "\(server.standardError)")
+        #expect(server.standardError.contains("fanout.subscribers_closed=0"))
+    }
+
     /// What an operator reads when a start fails, and `--version`: the port that is taken (it
     /// said only `bind(descriptor:ptr:bytes:): Address already in use (errno: 98)`), a URL of
     /// another database (`mysql://` was taken as a file's path), and no database file left
