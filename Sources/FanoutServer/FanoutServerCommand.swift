@@ -23,7 +23,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
             Example: fanout-server --token OPERATOR-KEY --jwt-secret SECRET
             """,
         version: FanoutVersion.current,
-        subcommands: [TokenCommand.self])
+        subcommands: [TokenCommand.self, BackupCommand.self])
 
     @Option(help: "Port to listen on; 0 picks a free one.")
     var port: Int = 8080
@@ -31,15 +31,24 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(help: "Address to bind. The default accepts local connections only.")
     var host: String = "127.0.0.1"
 
-    @Option(
-        name: .customLong("db"),
-        help: ArgumentHelp(
-            "SQLite database file (created if missing), or a PostgreSQL database as postgres://user[:password]@host[:port]/database (or set DATABASE_URL).",
-            valueName: "path-or-url"))
-    var database: String?
+    /// `--db` and `--database-url`: one definition for the server and `backup` (an option the
+    /// parent declares apart from its subcommand's goes to the parent alone).
+    struct DatabaseOptions: ParsableArguments {
+        @Option(
+            name: .customLong("db"),
+            help: ArgumentHelp(
+                "SQLite database file (created if missing), or a PostgreSQL database as postgres://user[:password]@host[:port]/database (or set DATABASE_URL).",
+                valueName: "path-or-url"))
+        var database: String?
 
-    @Option(name: .customLong("database-url"), help: "The same as --db with a postgres:// URL.")
-    var databaseURL: String?
+        @Option(name: .customLong("database-url"), help: "The same as --db with a postgres:// URL.")
+        var databaseURL: String?
+
+        /// The database named, if any: `--database-url`, else `--db`.
+        var named: String? { databaseURL ?? database }
+    }
+
+    @OptionGroup var databaseOptions: DatabaseOptions
 
     @Option(help: "Seconds between heartbeats, both ways (fractions allowed).")
     var heartbeatInterval: Double = 5
@@ -256,7 +265,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         configuration.host = host
         configuration.port = port
         configuration.database =
-            databaseURL ?? database
+            databaseOptions.named
             ?? environment["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? configuration.database
         if let scheme = configuration.database.range(of: "://").map({ configuration.database[..<$0.lowerBound] }),
             !CartStore.isPostgresURL(configuration.database)

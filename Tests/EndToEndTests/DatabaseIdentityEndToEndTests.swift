@@ -30,6 +30,53 @@ struct DatabaseIdentityEndToEndTests {
         #expect(try await Self.identity(ofServerOn: other) != identity, "a new file, another identity")
     }
 
+    /// `fanout-server backup` while the server writes: the copy is one consistent moment (a
+    /// gap-free log through the seq it says), the same database (its identity); restored in
+    /// place of the file, the server serves it, and a client that had seen past it is told
+    /// (`since_ahead`, 409 on `GET /events`), as PROTOCOL.md promises. Nothing is overwritten.
+    @Test func aBackupTakenWhileTheServerWritesRestoresAsTheSameDatabase() async throws {
+        let (database, cleanup) = try Mutations.temporaryDatabase()
+        defer { cleanup() }
+        let copy = database + ".backup"
+        defer { try? FileManager.default.removeItem(atPath: copy) }
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", database])
+        let port = server.port
+        let identity = try #require(try await Self.get("/events?since=0", port: port)["databaseId"] as? String)
+        let writes = Task { await Mutations.burst(port: { port }, writers: 2, each: 100, tag: "w") }
+        await eventually("writes under way") {
+            ((try? await Self.get("/events?since=0&limit=1", port: port))?["latestSeq"] as? Int ?? 0) >= 20
+        }
+        let backup = try await runToExit("fanout-server", ["backup", "--db", database, "--to", copy])
+        #expect(backup.status == 0, "\(backup.standardError)")
+        _ = await writes.value
+        // At least one change after the copy, whatever the burst's pace.
+        #expect(await Mutations.add(port: port, cart: "after", sku: "s") != nil)
+        let latest = try #require(try await Self.get("/events?since=0&limit=1", port: port)["latestSeq"] as? Int)
+        let again = try await runToExit("fanout-server", ["backup", "--db", database, "--to", copy])
+        #expect(again.status == 1 && again.standardError.contains("exists already"), "never overwritten: \(again.standardError)")
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+
+        // "… events through seq N, database ID"
+        let said = backup.standardOutput
+        let seq = try #require(said.components(separatedBy: "through seq ").last?.split(separator: ",").first.flatMap { Int($0) })
+        #expect(said.contains("database \(identity)"), "\(said)")
+        #expect(seq > 0 && seq < latest)
+
+        // Restored: the copy in place of the file.
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: database + suffix) }
+        try FileManager.default.copyItem(atPath: copy, toPath: database)
+        let restored = try await ServerProcess(arguments: ["--port", "0", "--db", database])
+        let page = try await Self.get("/events?since=0&limit=10000", port: restored.port)
+        #expect(page["databaseId"] as? String == identity, "the same database")
+        let seqs = (page["events"] as? [[String: Any]] ?? []).compactMap { $0["seq"] as? Int }
+        #expect(seqs == Array(1...seq), "gap-free through the backup's seq")
+        let (_, ahead) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(restored.port)/events?since=\(latest)")!)
+        #expect((ahead as? HTTPURLResponse)?.statusCode == 409, "a client ahead of the restored log is told")
+        restored.signal(SIGTERM)
+        #expect(await restored.waitForExit() == 0)
+    }
+
     /// Starts a server on `database`, writes one change, reads the identity every way a client
     /// can (expecting them all the same), stops the server, and returns the identity.
     static func identity(ofServerOn database: String) async throws -> String {
