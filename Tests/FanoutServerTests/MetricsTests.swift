@@ -1,4 +1,5 @@
 import CartStore
+import FanoutProtocol
 import FanoutTestSupport
 import Foundation
 import HTTPTypes
@@ -32,6 +33,30 @@ struct MetricsTests {
     }
 
     static let addApple = ByteBuffer(string: #"{"sku":"apple","quantity":1,"unitPriceCents":50}"#)
+
+    /// The build and the process in the standard names (`fanout_build_info`, `process_*`), each
+    /// with its `# HELP`, read at each scrape.
+    @Test func theBuildAndTheProcessAreExportedInTheStandardNames() async throws {
+        try await Self.app().application.test(.router) { client in
+            #expect(try await Self.sample("fanout_build_info", ["version": FanoutVersion.current], in: client) == 1)
+            let resident = try #require(try await Self.sample("process_resident_memory_bytes", in: client))
+            #expect(resident > 1_000_000, "a Swift server takes more than a megabyte: \(resident)")
+            let openBefore = try #require(try await Self.sample("process_open_fds", in: client))
+            var limit = rlimit()
+            _ = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
+            #expect(try await Self.sample("process_max_fds", in: client) == Double(limit.rlim_cur))
+            let started = try #require(try await Self.sample("process_start_time_seconds", in: client))
+            #expect(started <= Date().timeIntervalSince1970 && started > Date().timeIntervalSince1970 - 86_400 * 7)
+            #expect(try await Self.sample("process_cpu_seconds_total", in: client) ?? 0 > 0)
+            // The whole test process's descriptors (other tests open and close theirs meanwhile).
+            #expect(openBefore >= 3 && openBefore <= Double(limit.rlim_cur), "\(openBefore)")
+            let text = try await client.execute(uri: "/metrics", method: .get) { String(buffer: $0.body) }
+            for family in ["fanout_build_info", "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"] {
+                #expect(text.contains("# HELP \(family) "), "\(family) has its HELP")
+            }
+            #expect(text.contains("# TYPE process_cpu_seconds_total counter"))
+        }
+    }
 
     @Test func aMutationCountsOneEventCommittedAndItsLatency() async throws {
         try await Self.app().application.test(.router) { client in

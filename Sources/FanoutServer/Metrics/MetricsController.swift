@@ -8,6 +8,7 @@ struct MetricsController: Sendable {
     func addRoutes(to router: RouterGroup<FanoutRequestContext>) {
         router.get("metrics") { _, _ in
             metrics.hub.show(hub.figures, waitingChanges: hub.store.waitingChanges)
+            metrics.process.update()
             return Response(
                 status: .ok,
                 headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],

@@ -15,6 +15,7 @@ struct ServerMetrics: Sendable {
     let registry: PrometheusCollectorRegistry
     let hub: HubMetrics
     let requests: RequestMetrics
+    let process: ProcessMetrics
 
     init() {
         registry = PrometheusCollectorRegistry()
@@ -27,6 +28,7 @@ struct ServerMetrics: Sendable {
         ]
         hub = HubMetrics(factory: factory)
         requests = RequestMetrics(factory: factory)
+        process = ProcessMetrics(registry: registry)
     }
 
     /// The Prometheus text exposition of every metric so far.
