@@ -125,6 +125,9 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @Option(help: "trace, debug, info, notice, warning, error or critical (or set LOG_LEVEL).")
     var logLevel: String?
 
+    @Option(help: "text (one line a message, key=value) or json (one JSON object a line, for log shippers).")
+    var logFormat: ServerLogHandler.Format = .text
+
     func validate() throws {
         guard (0...65_535).contains(port) else { throw ValidationError("--port must be 0…65535") }
         guard heartbeatInterval.isFinite, heartbeatInterval > 0 else { throw ValidationError("--heartbeat-interval must be > 0") }
@@ -151,14 +154,13 @@ struct FanoutServerCommand: AsyncParsableCommand {
         // loops (SwiftNIO also reads NIO_SINGLETON_GROUP_LOOP_COUNT when the flag is absent).
         if let threads { NIOSingletons.groupLoopCountSuggestion = threads }
         var configuration = try configuration(environment: ProcessInfo.processInfo.environment)
-        // Here, not in `validate()`, which runs for `token` too (it says it once itself).
-        if let secret = configuration.jwtSecret, let weakness = TokenKeys.weakness(of: secret) {
-            FileHandle.standardError.write(Data("warning: \(weakness)\n".utf8))
-        }
 
-        LoggingSystem.bootstrap { label in ServerLogHandler(label: label) }
+        let format = logFormat
+        LoggingSystem.bootstrap { label in ServerLogHandler(label: label, format: format) }
         var logger = Logger(label: "fanout")
         logger.logLevel = configuration.logLevel
+        // In the log, in its format; here, not in `validate()`, which runs for `token` too.
+        if let secret = configuration.jwtSecret, let weakness = TokenKeys.weakness(of: secret) { logger.warning("\(weakness)") }
         // Connections beyond the descriptors left wait in the listen backlog, instead of
         // failing every accept (which spun a core) while idle ones time out.
         let openFiles = OpenFilesLimit.raise(logger: logger)

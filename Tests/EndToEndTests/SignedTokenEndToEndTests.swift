@@ -78,6 +78,8 @@ struct SignedTokenEndToEndTests {
         #expect(forged.status != 0 && forged.error.contains("invalid_token"), "\(forged.error)")
         server.signal(SIGTERM)
         #expect(await server.waitForExit() == 0)
+        #expect(server.standardError.contains("under the 32 HS256 asks for"), "the server warns in its log: \(server.standardError)")
+        #expect(!server.standardError.contains("s3cret"), "the secret is never logged")
         let warned = try await runToExit("fanout-server", ["token", "--jwt-secret", "s3cret", "--sub", "a", "--carts", "a"])
         #expect(warned.status == 0 && warned.standardError.contains("under the 32 HS256 asks for"), "\(warned.standardError)")
         #expect(!warned.standardError.contains("s3cret"), "the secret is never written out")

@@ -249,6 +249,34 @@ struct ServerProcessTests {
         #expect(server.standardError.contains("fanout.subscribers_closed=0"))
     }
 
+    /// `--log-format json`: every line one JSON object, with the same fields as the text lines,
+    /// for a log shipper to read without parsing `key=value`.
+    @Test func withLogFormatJSONEveryLineIsAJSONObjectWithTheSameFields() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = try await ServerProcess(
+            arguments: [
+                "--port", "0", "--db", directory.appending(path: "db.sqlite").path, "--log-format", "json", "--token", "a-secret-token",
+            ])
+        await eventually("the start line") { server.standardError.contains("fanout-server started") }
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+        let lines = server.standardError.split(separator: "\n")
+        #expect(lines.count >= 3, "\(server.standardError)")
+        let objects = lines.compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any] }
+        #expect(objects.count == lines.count, "every line is a JSON object: \(server.standardError)")
+        for object in objects {
+            #expect(object["level"] is String && object["message"] is String && object["time"] is String && object["logger"] is String)
+        }
+        let start = try #require(objects.first { $0["message"] as? String == "fanout-server started" })
+        #expect(start["fanout.version"] as? String == FanoutVersion.current)
+        #expect(start["fanout.port"] as? String == "\(server.port)")
+        #expect(start["fanout.access"] as? String == "operator token")
+        #expect(objects.contains { $0["message"] as? String == "shutdown done" })
+        #expect(!server.standardError.contains("a-secret-token"))
+    }
+
     /// What an operator reads when a start fails, and `--version`: the port that is taken (it
     /// said only `bind(descriptor:ptr:bytes:): Address already in use (errno: 98)`), a URL of
     /// another database (`mysql://` was taken as a file's path), and no database file left
