@@ -232,6 +232,8 @@ let package = Package(
             dependencies: [
                 "FanoutClient", "fanout-client", "FanoutTestSupport", "FanoutServer", "CartStore",
                 serverOnly("Clocks", "swift-clocks"),
+                // A cache file held by another connection (`CacheFileTests`).
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

@@ -60,12 +60,18 @@ final class ReplicaFile: @unchecked Sendable {  // GRDB's queue serialises; the 
     /// next start reads again after the older seq. A write taken is synced (`addPending`).
     private static func connection(_ url: URL) throws -> DatabaseQueue {
         var configuration = Configuration()
+        // A file another store still holds (the app's previous one, still closing) is waited
+        // for, not taken for a broken file.
+        configuration.busyMode = .timeout(busyTimeout)
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA journal_mode = WAL")
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
         }
         return try DatabaseQueue(path: url.path, configuration: configuration)
     }
+
+    /// How long opening waits for a file another connection holds.
+    static let busyTimeout: TimeInterval = 5
 
     /// Opens the file at `url` for `server`, and what it held. A file that cannot be read as one
     /// is removed and started anew, with the reason; a file that cannot be made at all gives no
@@ -81,6 +87,10 @@ final class ReplicaFile: @unchecked Sendable {  // GRDB's queue serialises; the 
                 try file.reset(server: server)
                 return (file, nil, .discarded(problem.problem))
             }
+        } catch let error as DatabaseError where [.SQLITE_BUSY, .SQLITE_LOCKED].contains(error.resultCode) {
+            // In use past the wait: kept as it is (it may hold pending writes), and this store
+            // keeps its replica in memory.
+            return (nil, nil, .failing("the cache file is in use by another store (still closing?) and was left as it is: \(error)"))
         } catch {
             // Not a database at all (or half of one): remove it and its journals, start anew.
             for suffix in ["", "-wal", "-shm", "-journal"] {

@@ -1,6 +1,8 @@
 import FanoutClient
 import FanoutTestSupport
 import Foundation
+import GRDB
+import NIOConcurrencyHelpers
 import Testing
 
 /// A `RemoteCartStore` that keeps its replica in a file: a cold start shows the carts before any
@@ -136,6 +138,43 @@ struct CacheFileTests {
         withExtendedLifetime(recorder) {}
         await store.close()
         await server.stop()
+    }
+
+    /// A cache file another connection holds (the app's previous store, released and still
+    /// closing) is waited for, and never removed: under load the next store once found it
+    /// "locked", took it for a broken file, and removed it with its pending writes.
+    @Test func aCacheFileInUseIsWaitedForAndNeverRemoved() async throws {
+        let (file, removeFile) = try Self.cacheFile()
+        defer { removeFile() }
+        let nowhere = URL(string: "http://127.0.0.1:1")!
+        var first: RemoteCartStore? = RemoteCartStore(server: nowhere, cacheFile: file)
+        let made = try #require(first).addItem("s", quantity: 1, unitPriceCents: 1, to: "c")
+        await first?.close()
+        first = nil
+        // Held: one connection with the file to itself (no other may read it) for 300 ms, once
+        // the first store has let it go.
+        var waiting = Configuration()
+        waiting.busyMode = .timeout(30)
+        let holder = try DatabaseQueue(path: file.path, configuration: waiting)
+        try holder.inDatabase { db in
+            try db.execute(sql: "PRAGMA locking_mode = EXCLUSIVE")
+            try db.execute(sql: "BEGIN EXCLUSIVE")
+            try db.execute(sql: "COMMIT")
+        }
+        let released = NIOLockedValueBox(false)
+        Thread.detachNewThread {
+            usleep(300_000)
+            try? holder.close()
+            released.withLockedValue { $0 = true }
+        }
+        let second = RemoteCartStore(server: nowhere, cacheFile: file)
+        #expect(released.withLockedValue { $0 }, "it waited for the file")
+        guard case .restored(_, _, 1) = second.cacheState else {
+            Issue.record("the pending write was not restored: \(second.cacheState)")
+            return
+        }
+        #expect(second.pendingWrites.map(\.id) == [made.id])
+        await second.close()
     }
 
     @Test func writesTakenOfflineSurviveTheAppAndReachTheServerOnceInOrder() async throws {
