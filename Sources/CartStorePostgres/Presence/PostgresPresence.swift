@@ -74,7 +74,12 @@ public final class PostgresPresence: Service, Sendable {
 
     /// Whether PostgreSQL can store `record`'s texts (it refuses U+0000 in `text`).
     static func isStorable(_ record: PresenceRecord) -> Bool {
-        ![record.cartID, record.user, record.member, record.state].contains { $0.utf8.contains(0) }
+        !hasNUL(record.cartID, record.user, record.member, record.state)
+    }
+
+    /// Whether any of `texts` holds U+0000, which PostgreSQL's `text` refuses.
+    private static func hasNUL(_ texts: String...) -> Bool {
+        texts.contains { $0.utf8.contains(0) }
     }
 
     /// This node no longer holds `key`, for `reason` (the others see it in `departed`). Does
@@ -82,7 +87,7 @@ public final class PostgresPresence: Service, Sendable {
     /// in the background.
     public func remove(_ key: PresenceKey, reason: String) {
         // Never held (`set` turned it away), and unwritable.
-        guard ![key.cartID, key.user, key.member, reason].contains(where: { $0.utf8.contains(0) }) else { return }
+        guard !Self.hasNUL(key.cartID, key.user, key.member, reason) else { return }
         writes.withLockedValue { $0.remove(key, reason: reason) }
         writeBell.continuation.yield()
     }

@@ -79,6 +79,9 @@ final class PresenceRegistry: Sendable {
         /// Each user's state changes in the current second (users with a change in the last
         /// second only: the others are dropped as changes come).
         var userChanges: [String: ChangeWindow] = [:]
+        /// When `userChanges` was last rid of windows that are over: at most once a second, so
+        /// that a thousand users busy at once do not each walk all the others' windows.
+        var userChangesPruned: NIODeadline = .uptimeNanoseconds(0)
     }
 
     /// What the members of one cart, and of one user, may do.
@@ -224,8 +227,9 @@ final class PresenceRegistry: Sendable {
                     "a user makes at most \(limits.maxUserChangesPerSecond) state changes a second, all its subscriptions together; this one was not made"
                 )
             }
-            if state.userChanges.count >= 1_024, state.userChanges[user] == nil {
+            if state.userChanges.count >= 1_024, state.userChanges[user] == nil, now - state.userChangesPruned >= .seconds(1) {
                 state.userChanges = state.userChanges.filter { !$0.value.isOver(at: now) }
+                state.userChangesPruned = now
             }
             state.userChanges[user] = window
         }
