@@ -138,6 +138,9 @@ let package = Package(
                 "ProcessSignals",
                 serverOnly("Hummingbird", "hummingbird"),
                 serverOnly("HummingbirdCore", "hummingbird"),
+                // `--tls-cert`/`--tls-key`: TLS in front of the connections (swift-nio-ssl).
+                serverOnly("HummingbirdTLS", "hummingbird"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 serverOnly("ArgumentParser", "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),

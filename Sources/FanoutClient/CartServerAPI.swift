@@ -9,10 +9,18 @@ public struct CartServerAPI: Sendable {
     /// `http://host:port`
     public let baseURL: URL
     let credentials: Credentials
+    /// The certificates an `https://` server may present.
+    let trust: ServerTrust
 
-    public init(baseURL: URL, credentials: Credentials = .none) {
+    /// - Parameters:
+    ///   - baseURL: `http://host:port` (or `https://`) of the fanout-server.
+    ///   - credentials: the token, or how to get a fresh one before each request.
+    ///   - trust: for `https://`, the certificate authorities to trust: the system's, or the
+    ///     app's own (`ServerTrust.certificates(pemFile:)`).
+    public init(baseURL: URL, credentials: Credentials = .none, trust: ServerTrust = .system) {
         self.baseURL = baseURL
         self.credentials = credentials
+        self.trust = trust
     }
 
     /// What a write answers: the cart after it, the seq of its event, and how many subscribers
@@ -104,7 +112,7 @@ public struct CartServerAPI: Sendable {
     ///   - expectedVersion: sent as `If-Match`.
     ///   - idempotencyKey: sent as `Idempotency-Key`, once checked (`invalid` otherwise, unsent).
     /// - Throws: `RemoteStoreError`.
-    func send<Answer: Decodable>(
+    package func send<Answer: Decodable>(
         _ method: String, _ path: String, body: (any Encodable)? = nil, expectedVersion: Int64? = nil, idempotencyKey: String? = nil,
         as answer: Answer.Type
     ) async throws -> Answer {
@@ -121,7 +129,7 @@ public struct CartServerAPI: Sendable {
             bytes = Array(try FanoutJSON.encoder().encode(body))
             headers.append(("Content-Type", "application/json"))
         }
-        let (status, data) = try await HTTPExchange.send(HTTPMethod(rawValue: method), url, headers: headers, body: bytes)
+        let (status, data) = try await HTTPExchange.send(HTTPMethod(rawValue: method), url, trust: trust, headers: headers, body: bytes)
         guard (200..<300).contains(status) else {
             throw RemoteStoreError.answer(status: status, body: data)
         }

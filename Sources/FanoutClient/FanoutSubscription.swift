@@ -74,8 +74,10 @@ public struct FanoutSubscription: Sendable {
     ///   - server: `http://host:port` (or `https://`) of the fanout-server.
     ///   - transport: WebSocket (the default), or Server-Sent Events.
     ///   - credentials: the token, or how to get a fresh one before each connection.
-    public init(server: URL, transport: Transport = .webSocket, credentials: Credentials = .none) {
-        api = CartServerAPI(baseURL: server, credentials: credentials)
+    ///   - trust: for `https://`, the certificate authorities to trust: the system's, or the
+    ///     app's own (`ServerTrust.certificates(pemFile:)`).
+    public init(server: URL, transport: Transport = .webSocket, credentials: Credentials = .none, trust: ServerTrust = .system) {
+        api = CartServerAPI(baseURL: server, credentials: credentials, trust: trust)
         self.transport = transport
     }
 
@@ -227,7 +229,7 @@ public struct FanoutSubscription: Sendable {
             guard let url = api.subscribeURL else { throw RemoteStoreError.unexpectedAnswer("bad server URL \(api.baseURL)") }
             let closeCode: Int?
             do {
-                closeCode = try await WebSocketLink.run(url: url, token: token) { messages, writer in
+                closeCode = try await WebSocketLink.run(url: url, trust: api.trust, token: token) { messages, writer in
                     try await withThrowingTaskGroup(of: Void.self) { group in
                         defer { group.cancelAll() }
                         for try await text in messages {
@@ -293,7 +295,7 @@ public struct FanoutSubscription: Sendable {
         var held: [(ServerMessage, String)] = []
         guard let url = streamURL(for: plan) else { throw RemoteStoreError.unexpectedAnswer("bad server URL \(api.baseURL)") }
         do {
-            try await EventStreamLink(url: url, token: token, lastEventID: plan.since).run { text in
+            try await EventStreamLink(url: url, trust: api.trust, token: token, lastEventID: plan.since).run { text in
                 let message = try reader.read(text)
                 if let joined = whenJoined {
                     switch message {
@@ -339,7 +341,8 @@ public struct FanoutSubscription: Sendable {
         var path = "/events?limit=1"
         if let carts = plan.carts { path += "&carts=\(carts.joined(separator: ","))" }
         do {
-            _ = try await CartServerAPI(baseURL: api.baseURL, credentials: Credentials { token }).send("GET", path, as: EventsPage.self)
+            _ = try await CartServerAPI(baseURL: api.baseURL, credentials: Credentials { token }, trust: api.trust).send(
+                "GET", path, as: EventsPage.self)
         } catch let error as RemoteStoreError where error.isRefusal {
             throw error
         } catch {

@@ -46,9 +46,11 @@ public final class RemoteCartStore: CartSource {
     private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
 
     /// - Parameters:
-    ///   - server: `http://host:port` of the fanout-server.
+    ///   - server: `http://host:port` (or `https://`) of the fanout-server.
     ///   - transport: WebSocket (the default), or Server-Sent Events where a WebSocket cannot pass.
     ///   - credentials: the token, or how to get a fresh one before each connection.
+    ///   - trust: for `https://`, the certificate authorities to trust: the system's, or the
+    ///     app's own (`ServerTrust.certificates(pemFile:)`).
     ///   - releaseCheckInterval: how often released observers are looked for (0.5 s: a released
     ///     observer's store leaves its carts' presence within a second).
     ///   - cacheFile: a file to keep the replica in between runs (SQLite; made if missing):
@@ -63,12 +65,12 @@ public final class RemoteCartStore: CartSource {
     ///   - presence: to be present on the carts the observers follow, and to follow who else is
     ///     (`CartObserver.cartSource(_:didChangePresence:of:change:)`); nil: neither.
     public convenience init(
-        server: URL, transport: FanoutSubscription.Transport = .webSocket, credentials: Credentials = .none,
+        server: URL, transport: FanoutSubscription.Transport = .webSocket, credentials: Credentials = .none, trust: ServerTrust = .system,
         releaseCheckInterval: Duration = .milliseconds(500), cacheFile: URL? = nil, pendingWriteLifetime: Duration = .seconds(23 * 3_600),
         presence: Presence? = nil
     ) {
         self.init(
-            server: server, transport: transport, credentials: credentials, releaseCheckInterval: releaseCheckInterval,
+            server: server, transport: transport, credentials: credentials, trust: trust, releaseCheckInterval: releaseCheckInterval,
             cacheFile: cacheFile,
             pendingWriteLifetime: pendingWriteLifetime, presence: presence, clock: ContinuousClock())
     }
@@ -77,7 +79,7 @@ public final class RemoteCartStore: CartSource {
     /// subscription tries again, the pause before a write is sent again. Tests pass a clock
     /// they advance; heartbeats keep wall time (the server's lease does).
     package init(
-        server: URL, transport: FanoutSubscription.Transport = .webSocket, credentials: Credentials = .none,
+        server: URL, transport: FanoutSubscription.Transport = .webSocket, credentials: Credentials = .none, trust: ServerTrust = .system,
         releaseCheckInterval: Duration = .milliseconds(500), cacheFile: URL? = nil, pendingWriteLifetime: Duration = .seconds(23 * 3_600),
         presence: Presence? = nil, clock: any Clock<Duration>
     ) {
@@ -85,8 +87,8 @@ public final class RemoteCartStore: CartSource {
         let presenceStates = presence.map { PresenceStates($0.state) }
         self.presenceStates = presenceStates
         replica.state.presenceWanted = presence != nil
-        self.server = CartServerAPI(baseURL: server, credentials: credentials)
-        subscription = FanoutSubscription(server: server, transport: transport, credentials: credentials)
+        self.server = CartServerAPI(baseURL: server, credentials: credentials, trust: trust)
+        subscription = FanoutSubscription(server: server, transport: transport, credentials: credentials, trust: trust)
         self.releaseCheckInterval = releaseCheckInterval
         let (wakeUps, sendPending) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         self.sendPending = sendPending

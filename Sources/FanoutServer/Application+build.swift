@@ -2,6 +2,7 @@ import CartStore
 import Foundation
 import Hummingbird
 import HummingbirdCore
+import HummingbirdTLS
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -116,11 +117,10 @@ func buildApplication(
             routes: router.routes.map { ($0.path, $0.method) }))
 
     let subscribe = SubscribeEndpoint(hub: hub, configuration: configuration, hosts: hosts, access: access)
+    let channels = HTTPServerBuilder { responder in FanoutChannel(responder: responder, subscribe: subscribe) }
     let application = Application(
         router: router,
-        server: HTTPServerBuilder { responder in
-            FanoutChannel(responder: responder, subscribe: subscribe)
-        },
+        server: try configuration.tls.map { try .tls(channels, tlsConfiguration: $0) } ?? channels,
         configuration: .init(
             address: .hostname(configuration.host, port: configuration.port), serverName: "fanout",
             availableConnectionsDelegate: configuration.maxConnections.map { MaximumAvailableConnections($0, logger: logger) }),

@@ -15,7 +15,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         commandName: "fanout-server",
         abstract: "Serve carts over HTTP and fan every committed change out to subscribers (WebSocket, Server-Sent Events, long-poll).",
         discussion: """
-            The first line on stdout is always `listening on http://HOST:PORT`.
+            The first line on stdout is always `listening on http://HOST:PORT` (https:// with --tls-cert).
             Example: fanout-server --port 8080 --db ./fanout.sqlite
             Several servers share one PostgreSQL database: every one delivers every commit.
             Example: fanout-server --port 8080 --db postgres://fanout@127.0.0.1:5432/fanout
@@ -122,6 +122,15 @@ struct FanoutServerCommand: AsyncParsableCommand {
             valueName: "count"))
     var threads: Int?
 
+    @Option(
+        name: .customLong("tls-cert"),
+        help: ArgumentHelp(
+            "Serve https:// and wss:// with this PEM certificate (its chain after it, if any); needs --tls-key.", valueName: "file"))
+    var tlsCertificate: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("The PEM private key of --tls-cert.", valueName: "file"))
+    var tlsKey: String?
+
     @Option(help: "trace, debug, info, notice, warning, error or critical (or set LOG_LEVEL).")
     var logLevel: String?
 
@@ -140,6 +149,9 @@ struct FanoutServerCommand: AsyncParsableCommand {
         guard idempotencyKeysMax >= 1 else { throw ValidationError("--idempotency-keys-max must be ≥ 1") }
         guard presenceMaxMembers >= 1 else { throw ValidationError("--presence-max-members must be ≥ 1") }
         guard presenceMaxMembersPerUser >= 1 else { throw ValidationError("--presence-max-members-per-user must be ≥ 1") }
+        if (tlsCertificate == nil) != (tlsKey == nil) {
+            throw ValidationError("--tls-cert and --tls-key go together: the certificate and its private key")
+        }
         if let threads, !(1...Self.maxThreads).contains(threads) { throw ValidationError("--threads must be 1…\(Self.maxThreads)") }
         if let level = logLevel ?? ProcessInfo.processInfo.environment["LOG_LEVEL"], Logger.Level(rawValue: level) == nil {
             throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -161,6 +173,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
         logger.logLevel = configuration.logLevel
         // In the log, in its format; here, not in `validate()`, which runs for `token` too.
         if let secret = configuration.jwtSecret, let weakness = TokenKeys.weakness(of: secret) { logger.warning("\(weakness)") }
+        if let tls = configuration.tls, let warning = ServerTLS.expiryWarning(tls) { logger.warning("\(warning)") }
         // Connections beyond the descriptors left wait in the listen backlog, instead of
         // failing every accept (which spun a core) while idle ones time out.
         let openFiles = OpenFilesLimit.raise(logger: logger)
@@ -184,6 +197,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
 
         let host = configuration.host
         let port = configuration.port
+        let scheme = configuration.scheme
         // A database file this start creates is removed again if the server never listens (its
         // port taken, say): a failed start leaves nothing behind.
         let newFile = CartStore.isPostgresURL(configuration.database) ? nil : Self.newFile(configuration.database)
@@ -196,7 +210,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
                 listening.store(true, ordering: .relaxed)
                 logger.info("fanout-server started", metadata: started.merging(["fanout.port": "\(port)"]) { $1 })
                 // Unbuffered: scripts and tests wait for this line.
-                FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
+                FileHandle.standardOutput.write(Data("listening on \(scheme)://\(host):\(port)\n".utf8))
             }
         } catch {
             if let newFile { Self.remove(newFile) }
@@ -233,6 +247,7 @@ struct FanoutServerCommand: AsyncParsableCommand {
             "fanout.engine": "\(engine)",
             "fanout.database": "\(CartStore.printableLocation(configuration.database))",
             "fanout.host": "\(configuration.host)",
+            "fanout.tls": "\(configuration.tls == nil ? "off" : "on")",
             "fanout.access": "\(access.joined(separator: " + "))",
             "fanout.max_subscribers": "\(configuration.maxSubscribers)",
             "fanout.open_files": "\(openFiles)",
@@ -295,6 +310,9 @@ struct FanoutServerCommand: AsyncParsableCommand {
             } catch {
                 throw StartupFailure(description: "cannot read --jwt-key \(jwtKey): \(error.localizedDescription)")
             }
+        }
+        if let tlsCertificate, let tlsKey {
+            configuration.tls = try ServerTLS.configuration(certificate: tlsCertificate, key: tlsKey)
         }
         configuration.allowedOrigins = Set(allowedOrigins)
         configuration.allowedHosts = Set(allowedHosts)

@@ -1,5 +1,6 @@
 import Logging
 import NIOCore
+import NIOSSL
 
 /// Everything `fanout-server` can be told, as values: the command line fills one in, tests
 /// build their own.
@@ -52,6 +53,12 @@ struct ServerConfiguration: Sendable {
     var maxPresenceMembers = 1_000
     /// The most members one user may have on one cart (`--presence-max-members-per-user`).
     var maxPresenceMembersPerUser = 10
+    /// TLS on every connection (`--tls-cert`, `--tls-key`): `https://` and `wss://`. `nil`: none,
+    /// for loopback or behind a proxy that ends TLS.
+    var tls: TLSConfiguration?
+
+    /// `https` with TLS, else `http`: what the server's own origin and URLs start with.
+    var scheme: String { tls == nil ? "http" : "https" }
 }
 
 extension Duration {

@@ -36,12 +36,14 @@ struct CartCommand: AsyncParsableCommand {
         @Option(help: "Bearer token, if the server requires one (or set FANOUT_TOKEN).")
         var token: String?
 
+        @OptionGroup var trust: TrustOptions
+
         func api() throws -> CartServerAPI {
             guard let base = URL(string: url), let scheme = base.scheme, ["http", "https"].contains(scheme), base.host != nil else {
                 throw ValidationError("--url must be an http:// or https:// URL (got \(url))")
             }
             let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
-            return CartServerAPI(baseURL: base, credentials: token.map(Credentials.token) ?? .none)
+            return CartServerAPI(baseURL: base, credentials: token.map(Credentials.token) ?? .none, trust: try trust.trust())
         }
     }
 

@@ -1,5 +1,8 @@
 import ArgumentParser
+import FanoutClient
 import FanoutProtocol
+
+import struct Foundation.URL
 
 /// `fanout-client`: watch carts change, and change them, from a terminal.
 @main
@@ -14,6 +17,28 @@ struct FanoutClient: AsyncParsableCommand {
             """,
         version: FanoutVersion.current,
         subcommands: [SubscribeCommand.self, CartCommand.self])
+}
+
+/// `--cacert FILE`: the certificate authorities an `https://` or `wss://` server's certificate
+/// must be signed by, instead of the system's (as curl's option of the same name).
+struct TrustOptions: ParsableArguments {
+    @Option(
+        name: .customLong("cacert"),
+        help: ArgumentHelp(
+            "Trust https:// and wss:// servers whose certificate this PEM file's authorities signed (a private CA, a self-signed server), instead of the system's.",
+            valueName: "file"))
+    var caCertificates: String?
+
+    /// The trust to connect with; a file that is not PEM certificates is an argument error (64).
+    func trust() throws -> ServerTrust {
+        guard let caCertificates else { return .system }
+        do {
+            return try .certificates(pemFile: URL(fileURLWithPath: caCertificates))
+        } catch {
+            guard case .invalid(let failure) = error else { throw ValidationError("--cacert \(caCertificates): \(error)") }
+            throw ValidationError("--cacert \(caCertificates): \(failure.message)")
+        }
+    }
 }
 
 /// A failure to report on stderr with a non-zero exit, never a stack trace.

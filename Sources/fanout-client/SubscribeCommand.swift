@@ -49,6 +49,8 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Option(help: "Bearer token, if the server requires one (or set FANOUT_TOKEN).")
     var token: String?
 
+    @OptionGroup var trust: TrustOptions
+
     @Option(help: "websocket, or sse: the same subscription as Server-Sent Events (--url keeps its ws:// form).")
     var transport: FanoutSubscription.Transport = .webSocket
 
@@ -118,7 +120,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         server.query = nil
         guard let serverURL = server.url else { throw ClientFailure("bad URL \(url)") }
         let subscription = FanoutSubscription(
-            server: serverURL, transport: transport, credentials: token.map(Credentials.token) ?? .none)
+            server: serverURL, transport: transport, credentials: token.map(Credentials.token) ?? .none, trust: try trust.trust())
         // The watch must live as long as the subscription: a released one stops acting on
         // signals. `_ = watch` after the call did not keep an earlier version alive: an
         // optimised build released it at once (Ctrl-C did nothing). `withExtendedLifetime` has

@@ -40,17 +40,9 @@ struct PostgresTLSTests {
     /// connects, and without it (the system's CAs do not know a self-signed certificate) is
     /// refused, saying why; `disable` stays in the clear.
     @Test(.needsPostgreSQLPrograms) func aServerOfferingTLSIsReachedWithItAsEachModeSays() async throws {
-        let folder = FileManager.default.temporaryDirectory.appending(path: "fanout-pg-tls-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let (certificate, key) = (folder.appending(path: "server.crt"), folder.appending(path: "server.key"))
-        let made = try await runToExit(
-            executable: URL(fileURLWithPath: "/usr/bin/openssl"),
-            [
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key.path, "-out", certificate.path, "-days", "1",
-                "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-            ])
-        try #require(made.status == 0, "openssl req: \(made.standardError)")
+        let made = try await TestCertificate.make()
+        defer { made.remove() }
+        let (certificate, key) = (made.certificate, made.key)
         let server = try await PostgresServer.startCluster(tls: (certificate, key))
         let modes: [(name: String, query: String, encrypted: Bool)] = [
             ("tls_prefer", "sslmode=prefer", true),

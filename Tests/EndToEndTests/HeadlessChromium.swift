@@ -20,7 +20,9 @@ final class HeadlessChromium {
     /// Its profile, removed with it.
     let directory: URL
 
-    init(executable: URL, windowSize: (width: Int, height: Int) = (1440, 900)) async throws {
+    /// - Parameter arguments: more of Chromium's flags (`--ignore-certificate-errors-spki-list`
+    ///   to trust one server's certificate).
+    init(executable: URL, windowSize: (width: Int, height: Int) = (1440, 900), arguments: [String] = []) async throws {
         directory = FileManager.default.temporaryDirectory.appending(path: "fanout-chromium-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         process = try await ChildProcess(
@@ -34,8 +36,7 @@ final class HeadlessChromium {
                 // DevTools refuses WebSockets that name an origin, unless allowed; HummingbirdWSClient
                 // names `ws://<host>` (without the port). No web page has that origin.
                 "--remote-allow-origins=ws://127.0.0.1",
-                "about:blank",
-            ])
+            ] + arguments + ["about:blank"])
     }
 
     /// The browser's DevTools WebSocket URL, once it listens (polled, up to `timeout`).

@@ -194,6 +194,55 @@ struct PageTests {
         #expect(await second.waitForExit() == 0)
     }
 
+    /// The page over `https://`: served by the server itself (`--tls-cert`), and by nginx ending
+    /// TLS in front of it (`deploy/nginx-fanout.conf`). Each streams (`EventSource` over TLS)
+    /// and changes a cart through its form: its `https://` origin is the server's own, in the
+    /// clear behind the proxy too.
+    @Test func thePageWorksOverTLSAndBehindTheRecipesProxy() async throws {
+        let executable = try #require(HeadlessChromium.executable, "chromium is not installed: apt-get install chromium")
+        let certificate = try await TestCertificate.make()
+        defer { certificate.remove() }
+        let (database, cleanup) = try EndToEndTests.temporaryDatabase()
+        defer { cleanup() }
+        let direct = try await ServerProcess(arguments: [
+            "--port", "0", "--db", database, "--tls-cert", certificate.certificate.path, "--tls-key", certificate.key.path,
+        ])
+        let (behindDatabase, behindCleanup) = try EndToEndTests.temporaryDatabase()
+        defer { behindCleanup() }
+        let behind = try await ServerProcess(arguments: ["--port", "0", "--db", behindDatabase])
+        let hasNginx = FileManager.default.isExecutableFile(atPath: NginxProxy.executable.path)
+        if !hasNginx {
+            if runningInCI { Issue.record("nginx is missing (apt-get install nginx-light)") }
+            print("the page behind nginx is skipped: apt-get install nginx-light enables it")
+        }
+        let proxy = hasNginx ? try await NginxProxy(upstream: behind.port, certificate: certificate) : nil
+        // Chromium trusts this certificate alone (its public key), as a person would add it.
+        let browser = try await HeadlessChromium(
+            executable: executable, arguments: ["--ignore-certificate-errors-spki-list=\(try await certificate.publicKeyHash())"])
+        let devTools = DevTools(url: try await browser.devToolsURL())
+        for url in [direct.url] + (proxy.map { [$0.url] } ?? []) {
+            let page = try await devTools.open(url.absoluteString + "/")
+            _ = try await page.waitFor("\(url): live") { $0.state == "live" }
+            try await page.run(
+                """
+                const form = document.getElementById('change');
+                form.cart.value = 'tess'; form.sku.value = 'tea'; form.quantity.value = '2'; form.price.value = '4.50';
+                form.requestSubmit(form.querySelector('button[value=add]'))
+                """)
+            let seen = try await page.waitFor("\(url): its change, streamed back") {
+                $0.lines("tess") == [Line("tea", 2)] && $0.deliveredTo != nil
+            }
+            #expect(seen.deliveredTo == "1", "\(url): \(seen.result)")
+        }
+        await devTools.close()
+        await browser.stop()
+        await proxy?.stop()
+        for server in [direct, behind] {
+            server.signal(SIGTERM)
+            #expect(await server.waitForExit() == 0)
+        }
+    }
+
     /// `/?token=JWT`: the page shows only that user's carts, and offers changes only when her
     /// token has the write scope.
     @Test func aSignedTokensPageShowsOnlyItsCartsAndChangesOnlyWithWrite() async throws {

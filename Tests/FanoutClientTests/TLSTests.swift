@@ -15,15 +15,9 @@ struct TLSTests {
             print("TLSTests skipped: /usr/bin/openssl is missing (apt-get install openssl)")
             return
         }
-        let folder = FileManager.default.temporaryDirectory.appending(path: "fanout-tls-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let key = folder.appending(path: "key.pem").path
-        let certificate = folder.appending(path: "cert.pem").path
-        let made = try await runToExit(
-            executable: URL(fileURLWithPath: "/usr/bin/openssl"),
-            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate, "-days", "1", "-subj", "/CN=127.0.0.1"])
-        try #require(made.status == 0, "openssl req: \(made.standardError)")
+        let made = try await TestCertificate.make()
+        defer { made.remove() }
+        let (key, certificate) = (made.key.path, made.certificate.path)
         let port = try freeLoopbackPort()
         let server = try await ChildProcess(
             URL(fileURLWithPath: "/usr/bin/openssl"),

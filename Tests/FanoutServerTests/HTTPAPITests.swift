@@ -320,14 +320,19 @@ struct HTTPAPITests {
     }
 
     /// The page at `/` changes carts from the server's own origin, which a browser names on a
-    /// POST: that origin needs no `--allow-origin`; another port or name is another origin.
+    /// POST: that origin needs no `--allow-origin`; another port or name is another origin. The
+    /// same name and port with `https` is its own too: the page served by a proxy that ends TLS
+    /// in front (docs/OPERATING.md, "TLS").
     @Test func theServersOwnOriginMayChangeCarts() async throws {
         try await Self.app().application.test(.router) { client in
             let body = ByteBuffer(string: #"{"sku":"s","quantity":1,"unitPriceCents":1}"#)
             // The router's test client names its requests' authority (`Host`) "localhost".
             let own: HTTPFields = [.origin: "http://localhost", .contentType: "application/json"]
             try await client.execute(uri: "/carts/c/items", method: .post, headers: own, body: body) { #expect($0.status == .ok) }
-            for other in ["http://localhost:8080", "http://127.0.0.1", "https://localhost"] {
+            var proxied = own
+            proxied[.origin] = "https://localhost"
+            try await client.execute(uri: "/carts/c/items", method: .post, headers: proxied, body: body) { #expect($0.status == .ok) }
+            for other in ["http://localhost:8080", "http://127.0.0.1", "https://localhost:8443", "https://127.0.0.1"] {
                 var headers = own
                 headers[.origin] = other
                 try await client.execute(uri: "/carts/c/items", method: .post, headers: headers, body: body) { response in

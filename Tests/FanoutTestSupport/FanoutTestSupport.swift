@@ -80,6 +80,8 @@ public final class ServerProcess: Sendable {
 
     public let process: ChildProcess
     public let port: Int
+    /// `http`, or `https` for a server given `--tls-cert`.
+    public let scheme: String
 
     /// Starts it and waits for the line that says where it listens.
     ///
@@ -88,7 +90,7 @@ public final class ServerProcess: Sendable {
     public init(arguments: [String], openFilesLimit: Int? = nil) async throws {
         let server = Self.executable("fanout-server")
         let (lines, line) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingOldest(1))
-        // The first line is always "listening on http://HOST:PORT"; none if it exits first.
+        // The first line is always "listening on http(s)://HOST:PORT"; none if it exits first.
         if let openFilesLimit {
             process = try await ChildProcess(
                 URL(fileURLWithPath: "/bin/sh"), ["-c", "ulimit -n \(openFilesLimit) && exec \"$0\" \"$@\"", server.path] + arguments,
@@ -97,7 +99,8 @@ public final class ServerProcess: Sendable {
             process = try await ChildProcess(server, arguments, onOutputLine: { line.yield($0) }, onExit: { _ in line.finish() })
         }
         let text = await lines.first { _ in true } ?? ""
-        guard text.hasPrefix("listening on http://"),
+        let scheme = text.hasPrefix("listening on https://") ? "https" : "http"
+        guard text.hasPrefix("listening on \(scheme)://"),
             let port = text.split(separator: ":").last.flatMap({ Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) })
         else {
             await process.kill()
@@ -106,7 +109,11 @@ public final class ServerProcess: Sendable {
                 userInfo: [NSLocalizedDescriptionKey: "unexpected first line: \(text); its log:\n\(tail(process.standardError))"])
         }
         self.port = port
+        self.scheme = scheme
     }
+
+    /// `http(s)://127.0.0.1:PORT`
+    public var url: URL { URL(string: "\(scheme)://127.0.0.1:\(port)")! }
 
     /// `count` servers with the same arguments, started one after another.
     public static func start(_ count: Int, arguments: [String]) async throws -> [ServerProcess] {

@@ -6,13 +6,15 @@ import NIOPosix
 import NIOSSL
 
 /// Where a connection goes: host, port, and whether it speaks TLS (`wss://`, `https://`, with
-/// the system's trust roots and the host name checked).
+/// the certificate checked against `trust` and the host name).
 struct Endpoint: Sendable {
     let host: String
     let port: Int
     let tls: Bool
+    let trust: ServerTrust
 
-    init(_ url: URL) throws(RemoteStoreError) {
+    init(_ url: URL, trust: ServerTrust) throws(RemoteStoreError) {
+        self.trust = trust
         guard let host = url.host, !host.isEmpty else { throw .invalidURL(url) }
         switch url.scheme {
         case "ws", "http": tls = false
@@ -66,9 +68,19 @@ struct Endpoint: Sendable {
             }
         case ChannelError.connectTimeout: "no connection within the time allowed"
         case is NIOSSLError, is BoringSSLError:
-            "the TLS handshake failed: is it a TLS (https, wss) server, with a certificate this device trusts?"
+            tlsReason(error)
         default: "\(error)"
         }
+    }
+
+    /// Why a handshake failed: the certificate, or TLS itself (a server that does not speak it).
+    private static func tlsReason(_ error: any Error) -> String {
+        let text = "\(error)".lowercased()
+        if text.contains("certificate") {
+            return
+                "the server's TLS certificate is not trusted (not signed by a trusted authority, expired, or for another name): see ServerTrust or --cacert"
+        }
+        return "the TLS handshake failed: is it a TLS (https, wss) server?"
     }
 
     /// The request target of `url`: its path (or `/`) and query.
@@ -81,7 +93,7 @@ struct Endpoint: Sendable {
     /// Adds TLS to a new channel's pipeline, first, when the endpoint needs it.
     func secure(_ channel: any Channel) throws {
         guard tls else { return }
-        let context = try Self.tlsContext.get()
+        let context = try trust.context.get()
         // A name goes in SNI and is what the certificate must be for; an IP address cannot go
         // in SNI, and the certificate is then checked against the address connected to.
         let isAddress = (try? SocketAddress(ipAddress: host, port: 0)) != nil
@@ -104,8 +116,6 @@ struct Endpoint: Sendable {
             throw unreachable(error)
         }
     }
-
-    private static let tlsContext = Result { try NIOSSLContext(configuration: .makeClientConfiguration()) }
 }
 
 extension RemoteStoreError {

@@ -9,6 +9,7 @@ import NIOPosix
 struct EventStreamLink {
     /// `http://host:port/subscribe?carts=…`
     let url: URL
+    let trust: ServerTrust
     let token: String?
     let lastEventID: Int64?
 
@@ -17,7 +18,7 @@ struct EventStreamLink {
     /// - Throws: `RemoteStoreError`: `refused` when the server answered with an error,
     ///   `unreachable` when no connection could be made or it broke.
     func run(_ handle: (String) async throws -> Void) async throws {
-        let endpoint = try Endpoint(url)
+        let endpoint = try Endpoint(url, trust: trust)
         let channel = try await endpoint.connectHTTP()
         var headers = HTTPHeaders([("Host", endpoint.hostHeader), ("Accept", "text/event-stream")])
         if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }

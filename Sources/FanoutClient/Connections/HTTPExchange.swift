@@ -19,7 +19,7 @@ enum HTTPExchange {
     /// - Throws: `RemoteStoreError.unreachable` when no connection could be made or it broke
     ///   before the answer was whole; `unexpectedAnswer` for a body over `maxBody`.
     static func send(
-        _ method: HTTPMethod, _ url: URL, headers extra: [(String, String)], body: [UInt8]?
+        _ method: HTTPMethod, _ url: URL, trust: ServerTrust, headers extra: [(String, String)], body: [UInt8]?
     ) async throws -> (status: Int, body: [UInt8]) {
         let phase = NIOLockedValueBox(Phase.connecting)
         return try await Deadline.race(
@@ -29,7 +29,7 @@ enum HTTPExchange {
                     "no answer from \(url.host ?? "the server") within \(timeout) (\(method) \(url.path): \(phase.withLockedValue { $0 }))")
             }
         ) {
-            try await exchange(method, url, headers: extra, body: body, phase: phase)
+            try await exchange(method, url, trust: trust, headers: extra, body: body, phase: phase)
         }
     }
 
@@ -47,9 +47,10 @@ enum HTTPExchange {
     static let timeout: Duration = .seconds(30)
 
     private static func exchange(
-        _ method: HTTPMethod, _ url: URL, headers extra: [(String, String)], body: [UInt8]?, phase: NIOLockedValueBox<Phase>
+        _ method: HTTPMethod, _ url: URL, trust: ServerTrust, headers extra: [(String, String)], body: [UInt8]?,
+        phase: NIOLockedValueBox<Phase>
     ) async throws -> (status: Int, body: [UInt8]) {
-        let endpoint = try Endpoint(url)
+        let endpoint = try Endpoint(url, trust: trust)
         let (host, port) = (endpoint.host, endpoint.port)
         let channel = try await endpoint.connectHTTP()
         phase.withLockedValue { $0 = .sending }

@@ -24,10 +24,10 @@ struct WebSocketLink {
     /// - Throws: `RemoteStoreError.unreachable` when no connection could be made,
     ///   `UpgradeRefused` when the server answered the upgrade with an error.
     static func run(
-        url: URL, token: String?,
+        url: URL, trust: ServerTrust, token: String?,
         _ body: (_ messages: Messages, _ writer: Writer) async throws -> Void
     ) async throws -> Int? {
-        let endpoint = try Endpoint(url)
+        let endpoint = try Endpoint(url, trust: trust)
         var headers = HTTPHeaders([("Host", endpoint.hostHeader)])
         if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }
         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: Endpoint.target(of: url), headers: headers)

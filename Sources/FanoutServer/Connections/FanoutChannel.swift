@@ -73,7 +73,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                 shouldUpgrade: { channel, head in
                     let admission: EventLoopFuture<Grant>
                     do {
-                        admission = subscribe.admit(try Self.request(head), on: channel.eventLoop)
+                        admission = subscribe.admit(try Self.request(head, subscribe: subscribe), on: channel.eventLoop)
                     } catch {
                         admission = channel.eventLoop.makeFailedFuture(error)
                     }
@@ -119,7 +119,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                                 admission, on: channel, subscribe: subscribe, requestGuard: requestGuard.value, logger: logger)
                             return .subscriber
                         }
-                        try operations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+                        try operations.addHandler(HTTP1ToHTTPServerCodec(secure: subscribe.configuration.tls != nil))
                         try operations.addHandlers(http1.additionalChannelHandlers())
                         try operations.addHandler(
                             HTTPConnectionStateHandler(idleTimeout: http1.idleTimeout.map { .init($0) }, logger: logger))
@@ -141,7 +141,9 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             let negotiated = try operations.configureUpgradableHTTPServerPipeline(configuration: configuration)
             let decoder = try operations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
             try operations.addHandler(requestGuard.value, position: .after(decoder))
-            try operations.addHandler(lineGuard.value, position: .first)
+            // Before the decoder, reading the request's bytes as it would: after TLS, if any.
+            try operations.addHandler(
+                lineGuard.value, position: .before(operations.context(handlerType: ByteToMessageHandler<HTTPRequestDecoder>.self).handler))
             // A connection must send its first request head in time: idle or trickling
             // connections cannot pile up and hold the server's descriptors.
             let deadline = channel.eventLoop.scheduleTask(in: subscribe.configuration.firstRequestTimeout.timeAmount) {
@@ -164,7 +166,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
         static func admit(_ head: HTTPRequestHead, subscribe: SubscribeEndpoint, on loop: any EventLoop) -> EventLoopFuture<Self> {
             let request: Request
             do {
-                request = try FanoutChannel.request(head)
+                request = try FanoutChannel.request(head, subscribe: subscribe)
             } catch {
                 return loop.makeFailedFuture(error)
             }
@@ -202,9 +204,11 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
                 allowedOrigin: admission.allowedOrigin, logger: logger))
     }
 
-    /// The `/subscribe` request of a connection's first head, as Hummingbird's routes see one.
-    static func request(_ head: HTTPRequestHead) throws -> Request {
-        Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: ByteBuffer()))
+    /// The `/subscribe` request of a connection's first head, as Hummingbird's routes see one
+    /// (its scheme `https` when the server speaks TLS).
+    static func request(_ head: HTTPRequestHead, subscribe: SubscribeEndpoint) throws -> Request {
+        Request(
+            head: try HTTPRequest(head, secure: subscribe.configuration.tls != nil, splitCookie: false), body: .init(buffer: ByteBuffer()))
     }
 
     /// Serves HTTP for the connection's lifetime, on its event loop (`EventLoopTaskExecutor`);

@@ -100,13 +100,16 @@ struct AccessPolicy: Sendable {
         return lowercased.hasPrefix("ws://") || lowercased.hasPrefix("wss://")
     }
 
-    /// Whether a browser `Origin` is this server's own, `http://` and the request's `Host`: the
-    /// page at `/` changing carts (a browser names the origin on a POST, PATCH or DELETE even to
-    /// its own server). `HostPolicy` has already refused a `Host` the server does not answer to,
+    /// Whether a browser `Origin` is this server's own (its page at `/` changing carts: a
+    /// browser names the origin on a POST, PATCH or DELETE even to its own server): the
+    /// request's `Host` with `https`, or with `http` for a request that came in the clear (a page
+    /// served over TLS by a proxy in front reaches the server in the clear with its `https`
+    /// origin; a server with TLS never takes an `http` page as its own). `HostPolicy` has already refused a `Host` the server does not answer to,
     /// so a page on another name that resolves here (DNS rebinding) is not its own origin.
     static func isSameOrigin(_ origin: String, as request: Request) -> Bool {
-        guard let host = request.head.authority else { return false }
-        return origin.lowercased() == "http://" + host.lowercased()
+        guard let host = request.head.authority?.lowercased() else { return false }
+        let origin = origin.lowercased()
+        return origin == "https://" + host || (request.head.scheme != "https" && origin == "http://" + host)
     }
 
     static func bearer(_ header: String?) -> String? {
