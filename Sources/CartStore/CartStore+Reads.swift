@@ -88,6 +88,11 @@ extension CartStore {
         return try await backend.pruneIdempotencyKeys(createdBefore: date, keepingNewest: count)
     }
 
+    /// How many idempotency keys are kept now (for an operator's figures: it counts them).
+    public func idempotencyKeyCount() async throws -> Int {
+        try await backend.idempotencyKeyCount()
+    }
+
     static func checkEventQuery(after seq: Int64, limit: Int, carts: Set<String>?) throws {
         guard seq >= 0 else { throw CartStoreError(.invalidSince, "since must be ≥ 0 (got \(seq))") }
         guard (1...maxEventPage).contains(limit) else {

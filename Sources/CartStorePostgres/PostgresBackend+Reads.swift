@@ -116,6 +116,12 @@ extension PostgresBackend {
         }
     }
 
+    func idempotencyKeyCount() async throws -> Int {
+        try await run {
+            Int(try await self.query("SELECT count(*) FROM idempotency_keys", logger: self.logger).first?.decode(Int64.self) ?? 0)
+        }
+    }
+
     func pruneIdempotencyKeys(createdBefore date: Date, keepingNewest count: Int) async throws -> Int {
         try await run {
             try await self.query(

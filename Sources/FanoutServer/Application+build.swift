@@ -44,7 +44,7 @@ struct FanoutServerApp: Sendable {
                 "shutdown done",
                 metadata: [
                     "fanout.subscribers_closed": "\(subscribers)",
-                    "fanout.took_ms": "\(took.components.seconds * 1_000 + took.components.attoseconds / 1_000_000_000_000_000)",
+                    "fanout.took_ms": "\(took.milliseconds)",
                 ])
         }
     }
@@ -116,7 +116,8 @@ func buildApplication(
         middleware: MethodNotAllowedMiddleware(
             routes: router.routes.map { ($0.path, $0.method) }))
 
-    let subscribe = SubscribeEndpoint(hub: hub, configuration: configuration, hosts: hosts, access: access)
+    let subscribe = SubscribeEndpoint(
+        hub: hub, configuration: configuration, hosts: hosts, access: access, refusals: Refusals(metrics: metrics.requests, logger: logger))
     let channels = HTTPServerBuilder { responder in FanoutChannel(responder: responder, subscribe: subscribe) }
     let application = Application(
         router: router,
@@ -128,7 +129,8 @@ func buildApplication(
         services: [storeService, presenceSharing].compactMap { $0 } + [
             HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval),
             IdempotencyKeyPruner(
-                store: store, timeToLive: configuration.idempotencyKeysTTL, maxKeys: configuration.idempotencyKeysMax, logger: logger),
+                store: store, timeToLive: configuration.idempotencyKeysTTL, maxKeys: configuration.idempotencyKeysMax, logger: logger,
+                kept: metrics.idempotencyKeys),
         ],
         onServerRunning: { channel in
             await onServerRunning(channel.localAddress?.port ?? configuration.port)

@@ -60,9 +60,9 @@ struct MetricsTests {
 
     @Test func aMutationCountsOneEventCommittedAndItsLatency() async throws {
         try await Self.app().application.test(.router) { client in
-            #expect(try await Self.sample("fanout_events_committed_total", in: client) == 0)
+            #expect(try await Self.sample("fanout_events_fanned_out_total", in: client) == 0)
             try await client.execute(uri: "/carts/alice/items", method: .post, body: Self.addApple) { #expect($0.status == .ok) }
-            #expect(try await Self.sample("fanout_events_committed_total", in: client) == 1)
+            #expect(try await Self.sample("fanout_events_fanned_out_total", in: client) == 1)
             #expect(try await Self.sample("fanout_deliveries_total", in: client) == 0, "nobody subscribed")
             // Answered, so nothing is left queued for the writer (GroupCommitTests hold it).
             #expect(try await Self.sample("fanout_changes_waiting", in: client) == 0)
@@ -136,11 +136,59 @@ struct MetricsTests {
         let second = try await Self.app()
         try await first.application.test(.router) { client in
             try await client.execute(uri: "/carts/alice/items", method: .post, body: Self.addApple) { #expect($0.status == .ok) }
-            #expect(try await Self.sample("fanout_events_committed_total", in: client) == 1)
+            #expect(try await Self.sample("fanout_events_fanned_out_total", in: client) == 1)
         }
         try await second.application.test(.router) { client in
-            let committed = try await Self.sample("fanout_events_committed_total", in: client)
+            let committed = try await Self.sample("fanout_events_fanned_out_total", in: client)
             #expect(committed == 0)
+        }
+    }
+
+    /// Every family has its `# HELP`, the swift-metrics ones (made as traffic comes) too; every
+    /// refused request is counted by its code, the store's codes also among store errors.
+    @Test func everyFamilyIsDescribedAndRefusalsAreCountedByCode() async throws {
+        try await Self.app().application.test(.router) { client in
+            try await client.execute(uri: "/carts/alice/items", method: .post, body: Self.addApple) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/carts/ghost", method: .delete) { #expect($0.status == .notFound) }
+            try await client.execute(uri: "/nowhere", method: .get) { #expect($0.status == .notFound) }
+            try await client.execute(uri: "/carts", method: .get, headers: [.origin: "https://evil.example"]) {
+                #expect($0.status == .forbidden)
+            }
+            #expect(try await Self.sample("fanout_requests_refused_total", ["code": "cart_not_found"], in: client) == 1)
+            #expect(try await Self.sample("fanout_requests_refused_total", ["code": "not_found"], in: client) == 1)
+            #expect(try await Self.sample("fanout_requests_refused_total", ["code": "origin_not_allowed"], in: client) == 1)
+            #expect(try await Self.sample("fanout_store_errors_total", ["code": "cart_not_found"], in: client) == 1)
+            #expect(try await Self.sample("fanout_events_behind", in: client) == 0, "SQLite: every commit delivered")
+            #expect(try await Self.sample("fanout_presence_members", ["held": "here"], in: client) == 0)
+            let text = try await client.execute(uri: "/metrics", method: .get) { String(buffer: $0.body) }
+            let typed = text.split(separator: "\n").filter { $0.hasPrefix("# TYPE ") }.map { $0.split(separator: " ")[2] }
+            #expect(typed.count >= 15, "\(typed)")
+            for family in typed {
+                let help = text.split(separator: "\n").first { $0.hasPrefix("# HELP \(family) ") }
+                #expect(help.map { $0.count > "# HELP \(family) ".count + 10 } == true, "\(family) has no HELP worth the name")
+            }
+        }
+    }
+
+    /// The gauges read at each scrape: the presence members this server holds, and the
+    /// idempotency keys kept (counted by the pruner after each round).
+    @Test func presenceMembersAndIdempotencyKeysAreGauged() async throws {
+        let server = try await Self.app { $0.idempotencyKeysTTL = .seconds(10) }
+        try await server.application.test(.live) { client in
+            let port = try #require(client.port)
+            let member = TestSubscriber(port: port)
+            try await member.subscribe(carts: ["alice"], presence: PresenceRequest(key: "tab-1", state: [:]))
+            await eventually("the member counted") {
+                (try? await Self.sample("fanout_presence_members", ["held": "here"], in: client)) == 1
+            }
+            #expect(try await Self.sample("fanout_presence_members", ["held": "elsewhere"], in: client) == 0)
+            try await client.execute(
+                uri: "/carts/alice/items", method: .post, headers: [HTTPField.Name("Idempotency-Key")!: "k-1"], body: Self.addApple
+            ) { #expect($0.status == .ok) }
+            // The pruner counts every second with a 10 s time to live.
+            await eventually("the key counted") { (try? await Self.sample("fanout_idempotency_keys", in: client)) == 1 }
+            await member.close()
+            await eventually("the member gone") { (try? await Self.sample("fanout_presence_members", ["held": "here"], in: client)) == 0 }
         }
     }
 

@@ -127,7 +127,7 @@ struct SignedTokenStreamTests {
             await eventually("both counted") { server.hub.stats.ended["tokenExpired"] == 2 }
             #expect(server.hub.stats.transports["websocket"]?.ended["tokenExpired"] == 1)
             #expect(server.hub.stats.transports["sse"]?.ended["tokenExpired"] == 1)
-            server.metrics.hub.show(server.hub.figures, waitingChanges: 0)
+            server.metrics.hub.show(server.hub.figures, waitingChanges: 0, gauges: .init(presenceMembers: (0, 0)))
             let metrics = String(decoding: server.metrics.exposition(), as: UTF8.self)
             #expect(metrics.contains(#"fanout_subscriber_ends_total{transport="websocket",reason="tokenExpired"} 1"#))
             #expect(metrics.contains(#"fanout_subscriber_ends_total{transport="sse",reason="tokenExpired"} 1"#))

@@ -38,6 +38,8 @@ package protocol CartStoreBackend: Sendable {
     func pruneEvents(committedBefore date: Date) async throws -> Int
     /// Forgets the idempotency keys made before `date`, and all but the newest `count` (by seq).
     func pruneIdempotencyKeys(createdBefore date: Date, keepingNewest count: Int) async throws -> Int
+    /// How many idempotency keys are kept now.
+    func idempotencyKeyCount() async throws -> Int
 
     /// Changes queued for the writer and not yet taken into a transaction.
     var waitingChanges: Int { get }

@@ -35,6 +35,11 @@ extension SQLiteBackend {
         }
     }
 
+    func idempotencyKeyCount() async throws -> Int {
+        // A reader: the writer goes on meanwhile.
+        try await writer.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM idempotency_keys") ?? 0 }
+    }
+
     func pruneIdempotencyKeys(createdBefore date: Date, keepingNewest count: Int) async throws -> Int {
         try await writer.write { db in
             try db.execute(sql: "DELETE FROM idempotency_keys WHERE created_at < ?", arguments: [date.millisecondsSince1970])

@@ -64,7 +64,9 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             let admitted = NIOLoopBoundBox<Grant?>(nil, eventLoop: channel.eventLoop)
             let lineGuard = NIOLoopBound(RequestLineGuard(), eventLoop: channel.eventLoop)
             let requestGuard = NIOLoopBound(
-                RequestGuard(bodyTimeout: subscribe.configuration.bodyTimeout.timeAmount, lineGuard: lineGuard.value),
+                RequestGuard(
+                    bodyTimeout: subscribe.configuration.bodyTimeout.timeAmount, lineGuard: lineGuard.value,
+                    refused: { error in subscribe.refusals.record(error, method: "-", route: "(the request could not be read)") }),
                 eventLoop: channel.eventLoop)
             let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
                 maxFrameSize: subscribe.configuration.maxMessageSize,
@@ -225,6 +227,7 @@ struct FanoutChannel: ServerChildChannel, HTTPChannelHandler {
             case .http(let http):
                 await handleHTTP(asyncChannel: http, logger: logger)
             case .refusedUpgrade(let http, let error):
+                subscribe.refusals.record(error, method: "GET", route: SubscribeEndpoint.path)
                 await refuse(http, with: error, logger: logger)
             case .subscriber:
                 break

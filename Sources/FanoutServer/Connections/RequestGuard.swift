@@ -60,9 +60,13 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// Told when a request has ended, to read the next request line.
     let lineGuard: RequestLineGuard
 
-    init(bodyTimeout: TimeAmount, lineGuard: RequestLineGuard) {
+    /// Told of each refusal, to count and log it.
+    let refused: @Sendable (APIError) -> Void
+
+    init(bodyTimeout: TimeAmount, lineGuard: RequestLineGuard, refused: @escaping @Sendable (APIError) -> Void = { _ in }) {
         self.bodyTimeout = bodyTimeout
         self.lineGuard = lineGuard
+        self.refused = refused
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -158,6 +162,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private func refuse(context: ChannelHandlerContext, with error: APIError) {
         guard !failed else { return }
         failed = true
+        refused(error)
         guard !responding, let body = try? error.body() else {
             context.close(promise: nil)
             return

@@ -7,7 +7,11 @@ struct MetricsController: Sendable {
 
     func addRoutes(to router: RouterGroup<FanoutRequestContext>) {
         router.get("metrics") { _, _ in
-            metrics.hub.show(hub.figures, waitingChanges: hub.store.waitingChanges)
+            metrics.hub.show(
+                hub.figures, waitingChanges: hub.store.waitingChanges,
+                gauges: .init(
+                    behindBy: await hub.statsWithLag().behindBy, presenceMembers: hub.presence.memberCounts(),
+                    idempotencyKeys: metrics.idempotencyKeys.withLockedValue { $0 }))
             metrics.process.update()
             return Response(
                 status: .ok,

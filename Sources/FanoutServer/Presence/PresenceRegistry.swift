@@ -158,6 +158,21 @@ final class PresenceRegistry: Sendable {
     /// Why a member `user` keyed `key` (nil: a new key) could not join `carts` now, if it could
     /// not: what an event stream answers (409 `presence_full`) before it starts. A join may
     /// still be refused later, when the cart fills meanwhile.
+    /// Members on the carts this server follows: held by its own subscribers, and by other
+    /// servers' (one a cart: a member on two carts counts twice).
+    func memberCounts() -> (here: Int, elsewhere: Int) {
+        state.withLockedValue { state in
+            var here = 0
+            var elsewhere = 0
+            for presence in state.carts.values {
+                for entry in presence.members.values {
+                    if case .local = entry.holder { here += 1 } else { elsewhere += 1 }
+                }
+            }
+            return (here, elsewhere)
+        }
+    }
+
     func refusal(joining carts: Set<String>, user: String?, key: String?) -> FanoutError? {
         // Without a key the member is new: a key no member can hold yet.
         let id = PresenceMember.ID(user: user, member: key ?? "")

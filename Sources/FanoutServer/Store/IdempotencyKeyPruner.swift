@@ -1,6 +1,7 @@
 import CartStore
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import ServiceLifecycle
 
 /// Keeps the store's idempotency keys within `--idempotency-keys-ttl` and
@@ -14,20 +15,29 @@ struct IdempotencyKeyPruner: Service {
     let timeToLive: Duration
     let maxKeys: Int
     let logger: Logger
+    /// How many keys are kept, counted after each prune (and at start): `/metrics`
+    /// `fanout_idempotency_keys`.
+    let kept: NIOLockedValueBox<Int?>
 
     var interval: Duration { min(.seconds(60), max(.seconds(1), timeToLive / 10)) }
 
     func run() async throws {
         do {
             try await cancelWhenGracefulShutdown {
+                await count()
                 while true {
                     try await Task.sleep(for: interval)
                     await prune()
+                    await count()
                 }
             }
         } catch is CancellationError {
             // Shutting down.
         }
+    }
+
+    func count() async {
+        if let count = try? await store.idempotencyKeyCount() { kept.withLockedValue { $0 = count } }
     }
 
     func prune() async {

@@ -1,5 +1,7 @@
 import CartStore
 import Hummingbird
+import Logging
+import Metrics
 import NIOCore
 
 /// `/subscribe`, for every transport: who may open a subscription there, and what a valid one
@@ -18,6 +20,8 @@ struct SubscribeEndpoint: Sendable {
     let configuration: ServerConfiguration
     let hosts: HostPolicy
     let access: AccessPolicy
+    /// Where a refused subscription is counted and logged.
+    var refusals = Refusals(metrics: RequestMetrics(factory: NOOPMetricsHandler.instance), logger: Logger(label: "fanout"))
 
     /// What the credential of `request` allows, on `loop`: at once for the operator's token (or
     /// where none is needed), after its verification off the loop for a signed one. The future
