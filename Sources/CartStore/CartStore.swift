@@ -107,6 +107,13 @@ public final class CartStore: CartSource {
     /// restored backup keeps the identity of the database it was taken from.
     public var databaseID: String { backend.databaseID }
 
+    /// The schema migrations that opening the database applied, in order: all of them for a
+    /// new database, none for one already current (`fanout-server`'s start line says which).
+    public var migrationsApplied: [String] { backend.migrationsApplied }
+
+    /// The newest migration of the engine's schema: what the database is at once open.
+    public var schemaVersion: String { backend.schemaVersion }
+
     /// Checks that a change would be written now; throws `storeUnavailable` or `storageFull`
     /// otherwise. `/healthz` asks it.
     ///

@@ -31,6 +31,8 @@ final class PostgresBackend: CartStoreBackend {
     let logger: Logger
     /// The database's identity, read when the store opened it.
     let databaseID: String
+    let migrationsApplied: [String]
+    var schemaVersion: String { PostgresSchema.migrations.last?.name ?? "" }
     /// The newest failure of the database, naming it (`lastProblem`).
     private let problem = NIOLockedValueBox<StoreProblem?>(nil)
     /// How often the follower reads the log without being told to.
@@ -38,10 +40,11 @@ final class PostgresBackend: CartStoreBackend {
 
     private init(
         location: PostgresLocation, client: PostgresClient, maximumConnections: Int, executor: EventLoopTaskExecutor, deadline: Duration,
-        databaseID: String, latestSeq: Int64, logger: Logger, commitLimit: Int
+        databaseID: String, migrationsApplied: [String], latestSeq: Int64, logger: Logger, commitLimit: Int
     ) {
         self.location = location
         self.databaseID = databaseID
+        self.migrationsApplied = migrationsApplied
         self.client = client
         let connections = PostgresConnections(
             client: client, maximumConnections: maximumConnections, timeout: deadline, executor: executor)
@@ -79,8 +82,9 @@ final class PostgresBackend: CartStoreBackend {
         }
         let latest: Int64
         let databaseID: String
+        let migrationsApplied: [String]
         do {
-            try await PostgresSchema.migrate(connection, logger: logger)
+            migrationsApplied = try await PostgresSchema.migrate(connection, logger: logger)
             let row = try await connection.query(
                 "SELECT (SELECT latest FROM event_seq), (SELECT id FROM database_identity)", logger: logger
             ).collect().first?.decode((Int64?, String?).self)
@@ -98,7 +102,8 @@ final class PostgresBackend: CartStoreBackend {
         let client = PostgresClient(configuration: configuration, eventLoopGroup: loops, backgroundLogger: clientLogger)
         return PostgresBackend(
             location: location, client: client, maximumConnections: configuration.options.maximumConnections,
-            executor: EventLoopTaskExecutor(loops.next()), deadline: deadline, databaseID: databaseID, latestSeq: latest, logger: logger,
+            executor: EventLoopTaskExecutor(loops.next()), deadline: deadline, databaseID: databaseID, migrationsApplied: migrationsApplied,
+            latestSeq: latest, logger: logger,
             commitLimit: commitLimit)
     }
 

@@ -13,7 +13,9 @@ enum PostgresSchema {
     /// The advisory lock key of migrations (any constant; "fanout" in ASCII).
     private static let migrationLock: Int64 = 0x66_61_6e_6f_75_74
 
-    static func migrate(_ connection: PostgresConnection, logger: Logger) async throws {
+    /// Returns the migrations it applied, in order.
+    @discardableResult
+    static func migrate(_ connection: PostgresConnection, logger: Logger) async throws -> [String] {
         try await connection.withTransaction(logger: logger) { connection in
             // Another server may be migrating: wait for it, however long it takes.
             try await connection.query("SET LOCAL lock_timeout = 0", logger: logger)
@@ -46,12 +48,15 @@ enum PostgresSchema {
                 throw CartStoreError(
                     .schemaTooNew, "the database was migrated by a newer version (migration \(unknown)); upgrade this server")
             }
+            var appliedNow: [String] = []
             for migration in migrations where !applied.contains(migration.name) {
                 for statement in statements(in: migration.sql) {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
                 try await connection.query("INSERT INTO fanout_migrations (name) VALUES (\(migration.name))", logger: logger)
+                appliedNow.append(migration.name)
             }
+            return appliedNow
         }
     }
 

@@ -86,10 +86,14 @@ func buildApplication(
     }
     let access = AccessPolicy(token: configuration.token, tokenKeys: tokenKeys, allowedOrigins: configuration.allowedOrigins)
 
+    let health = StoreHealth(store: store)
+    // The store's condition, logged at each change (database lost and back, disk full).
+    let watch = StoreWatch(store: store, health: health, logger: logger)
+    let refusals = Refusals(metrics: metrics.requests, logger: logger, watch: watch)
     let router = Router(context: FanoutRequestContext.self)
     let hosts = HostPolicy(listeningOn: configuration.host, allowedHosts: configuration.allowedHosts)
     // Outermost, so it sees each answer as the client gets it (after ErrorMiddleware).
-    router.middlewares.add(RequestMetricsMiddleware(metrics: metrics.requests))
+    router.middlewares.add(RequestMetricsMiddleware(metrics: metrics.requests, watch: watch))
     router.middlewares.add(CrossOriginMiddleware(allowedOrigins: configuration.allowedOrigins))
     router.middlewares.add(ErrorMiddleware())
     router.middlewares.add(HostMiddleware(policy: hosts))
@@ -101,7 +105,7 @@ func buildApplication(
     let groups = AccessGroups(router: router, policy: access)
     CartController(store: store, hub: hub).addRoutes(to: groups.users.group("carts"))
     EventsController(store: store, hub: hub).addRoutes(to: groups.users)
-    StatusController(store: store, hub: hub).addRoutes(open: groups.open, operators: groups.operators)
+    StatusController(hub: hub, health: health).addRoutes(open: groups.open, operators: groups.operators)
     MetricsController(metrics: metrics, hub: hub).addRoutes(to: groups.operators)
     OpenAPIController().addRoutes(to: groups.open)
     PageController().addRoutes(to: groups.open)
@@ -117,7 +121,7 @@ func buildApplication(
             routes: router.routes.map { ($0.path, $0.method) }))
 
     let subscribe = SubscribeEndpoint(
-        hub: hub, configuration: configuration, hosts: hosts, access: access, refusals: Refusals(metrics: metrics.requests, logger: logger))
+        hub: hub, configuration: configuration, hosts: hosts, access: access, refusals: refusals)
     let channels = HTTPServerBuilder { responder in FanoutChannel(responder: responder, subscribe: subscribe) }
     let application = Application(
         router: router,
@@ -128,6 +132,7 @@ func buildApplication(
         // The store's (PostgreSQL's pool and follower) first.
         services: [storeService, presenceSharing].compactMap { $0 } + [
             HubService(hub: hub, heartbeatInterval: configuration.heartbeatInterval),
+            watch,
             IdempotencyKeyPruner(
                 store: store, timeToLive: configuration.idempotencyKeysTTL, maxKeys: configuration.idempotencyKeysMax, logger: logger,
                 kept: metrics.idempotencyKeys),

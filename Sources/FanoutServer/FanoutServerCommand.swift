@@ -5,6 +5,7 @@ import FanoutProtocol
 import Foundation
 import Hummingbird
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 
@@ -203,18 +204,24 @@ struct FanoutServerCommand: AsyncParsableCommand {
         let newFile = CartStore.isPostgresURL(configuration.database) ? nil : Self.newFile(configuration.database)
         let listening = Synchronization.Atomic<Bool>(false)
         let server: FanoutServerApp
+        let started = NIOLockedValueBox(Self.startLine(configuration, openFiles: openFiles))
         do {
-            let started = Self.startLine(configuration, openFiles: openFiles)
             let logger = logger
             server = try await Self.build(configuration: configuration, logger: logger) { port in
                 listening.store(true, ordering: .relaxed)
-                logger.info("fanout-server started", metadata: started.merging(["fanout.port": "\(port)"]) { $1 })
+                logger.info("fanout-server started", metadata: started.withLockedValue { $0 }.merging(["fanout.port": "\(port)"]) { $1 })
                 // Unbuffered: scripts and tests wait for this line.
                 FileHandle.standardOutput.write(Data("listening on \(scheme)://\(host):\(port)\n".utf8))
             }
         } catch {
             if let newFile { Self.remove(newFile) }
             throw error
+        }
+        // The schema, known once the store is open: its newest migration, and those this start applied.
+        started.withLockedValue {
+            $0["fanout.schema"] = "\(server.store.schemaVersion)"
+            $0["fanout.migrated"] =
+                "\(server.store.migrationsApplied.isEmpty ? "none" : server.store.migrationsApplied.joined(separator: ","))"
         }
         do {
             try await server.run()

@@ -133,6 +133,8 @@ struct PostgresOutageTests {
             (try? await HTTPProbe.status(port: port, "GET", "/healthz"))?.status == 503
         }
         #expect(client.process.isRunning, "the subscriber stays connected")
+        // The log says so once, with what failed.
+        #expect(await eventually("the log to say the database is lost") { server.standardError.contains("database lost") })
         let stats = try await EndToEndTests.stats(port: port)
         #expect(stats["subscribers"] as? Int == 1)
 
@@ -141,6 +143,10 @@ struct PostgresOutageTests {
             await Mutations.add(port: port, cart: "after", sku: "first") != nil
         }
         _ = await Mutations.burst(port: { port }, writers: 2, each: 5, tag: "after")
+        // …and when it is back, with the time it was away.
+        #expect(await eventually("the log to say the database is back") { server.standardError.contains("database back") })
+        #expect(server.standardError.contains("fanout.away_s="), "\(server.standardError.suffix(2_000))")
+        #expect(server.standardError.components(separatedBy: "database lost").count == 2, "said once")
         let log = try await Mutations.log(port: port)
         #expect(log == Array(1...Int64(log.count)), "no gap in the log")
         await eventually("every event") { client.eventSeqs.count >= log.count }

@@ -17,7 +17,8 @@ struct HealthTests {
     }
 
     /// It said `{"status":"ok"}` while every write was refused with 507 on a disk the writes
-    /// themselves had filled.
+    /// themselves had filled. The log says when the disk filled, and when it takes changes
+    /// again (once room is freed), with how long it was full.
     @Test(.needsSmallDisk) func aFullDiskIs507AtHealthzWhileWritesAre() async throws {
         let disk = try SmallDisk(bytes: 2 * 1024 * 1024)
         defer { disk.unmount() }
@@ -27,7 +28,8 @@ struct HealthTests {
         // same full disk in a few hundred writes rather than thousands.
         try disk.fill()
         try disk.free(512 * 1024)
-        try await withServer(store: store) { port, _ in
+        let log = RecentLogLines()
+        try await withServer(store: store, logger: log.logger()) { port, _ in
             var refused = 0
             for index in 0..<20_000 where refused < 10 {
                 let body = #"{"sku":"s\#(index % 500)","quantity":1,"unitPriceCents":1,"name":"\#(String(repeating: "n", count: 150))"}"#
@@ -43,6 +45,16 @@ struct HealthTests {
                 }
             }
             #expect(refused == 10, "the writes should have filled the disk")
+            #expect(await eventually("the log to say the disk is full") { log.text.contains("disk full") }, "\(log.text)")
+            #expect(!log.text.contains("disk writable again"))
+            // Room again: the watch's probe finds it, and a change goes through.
+            try disk.free(1024 * 1024)
+            #expect(
+                await eventually("the log to say the disk takes changes again") { log.text.contains("disk writable again") },
+                "\(log.text)")
+            #expect(log.text.contains("fanout.full_s="))
+            let after = try await Self.send(port, "POST", "/carts/after/items", body: #"{"sku":"s","quantity":1,"unitPriceCents":1}"#)
+            #expect(after.status == 200)
         }
     }
 }

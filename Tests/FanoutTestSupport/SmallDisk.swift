@@ -8,7 +8,8 @@ import Testing
 /// A disk that really fills: a tmpfs of a few MiB mounted on a new folder, for the tests of a
 /// full disk. Mounting needs root (as the tests run in CI); elsewhere the tests that need it are
 /// skipped with a message saying so (`needsSmallDisk`).
-public final class SmallDisk {
+/// Used by one test at a time (its filler is not shared across threads at once).
+public final class SmallDisk: @unchecked Sendable {
     public let directory: URL
     private var filler: FileHandle?
 

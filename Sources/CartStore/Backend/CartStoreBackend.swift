@@ -18,6 +18,10 @@ package protocol CartStoreBackend: Sendable {
 
     /// The database's identity (`CartStore.databaseID`), read once when the engine opened it.
     var databaseID: String { get }
+    /// The migrations that opening the database applied, in order (`CartStore.migrationsApplied`).
+    var migrationsApplied: [String] { get }
+    /// The newest migration of this engine's schema (`CartStore.schemaVersion`).
+    var schemaVersion: String { get }
 
     /// The newest seq delivered to the sink so far, or about to be (nothing committed before it
     /// will be delivered again).

@@ -29,6 +29,8 @@ final class SQLiteBackend: CartStoreBackend {
     let recent = RecentEvents()
     /// The database's identity, read once it is migrated.
     let databaseID: String
+    let migrationsApplied: [String]
+    var schemaVersion: String { Schema.migrations.last?.name ?? "" }
 
     /// Opens (creating if needed) the database at `path` in WAL mode, migrates it, and checks
     /// that it can be written (see `CartStore.init(path:durability:)` for the errors).
@@ -72,7 +74,7 @@ final class SQLiteBackend: CartStoreBackend {
         self.commits = GroupCommit(limit: commitLimit)
         self.fileLock = fileLock
         do {
-            try Schema.migrate(writer)
+            migrationsApplied = try Schema.migrate(writer)
             databaseID = try Schema.databaseID(writer)
         } catch {
             throw CartStoreError.storage(error)

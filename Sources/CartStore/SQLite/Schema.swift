@@ -55,11 +55,12 @@ enum Schema {
     }
 
     /// Brings the database up to this binary's schema, refusing one written by a newer binary.
-    static func migrate(_ writer: any DatabaseWriter) throws {
+    /// Returns the migrations it applied, in order.
+    @discardableResult
+    static func migrate(_ writer: any DatabaseWriter) throws -> [String] {
         let migrator = migrator
-        let unknown = try writer.read { db in
-            try migrator.appliedIdentifiers(db).subtracting(migrator.migrations)
-        }
+        let applied = try writer.read { db in try migrator.appliedIdentifiers(db) }
+        let unknown = applied.subtracting(migrator.migrations)
         guard unknown.isEmpty else {
             throw CartStoreError(
                 .schemaTooNew,
@@ -67,6 +68,7 @@ enum Schema {
             )
         }
         try migrator.migrate(writer)
+        return migrator.migrations.filter { !applied.contains($0) }
     }
 
     /// The identity migration 0003 gave the database (`CartStore.databaseID`).

@@ -3,11 +3,12 @@ import Hummingbird
 
 /// How the server is: `/healthz` for anyone (a load balancer), `/stats` for the operator.
 struct StatusController: Sendable {
-    let store: CartStore
     let hub: FanoutHub
+    /// The probe `/healthz` answers with (shared with `StoreWatch`).
+    let health: StoreHealth
 
     func addRoutes(open: RouterGroup<FanoutRequestContext>, operators: RouterGroup<FanoutRequestContext>) {
-        let health = StoreHealth(store: store)
+        let health = health
         open.get("healthz") { _, _ in
             try await health.check()
             return HealthResponse()

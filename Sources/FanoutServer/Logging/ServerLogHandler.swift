@@ -57,7 +57,7 @@ struct ServerLogHandler: LogHandler {
     func line(_ event: LogEvent, metadata all: Logger.Metadata) -> String {
         switch format {
         case .text:
-            let pretty = all.isEmpty ? "" : " " + all.sorted { $0.key < $1.key }.map { "\($0)=\($1)" }.joined(separator: " ")
+            let pretty = all.isEmpty ? "" : " " + all.sorted { $0.key < $1.key }.map { "\($0)=\(Self.text($1))" }.joined(separator: " ")
             return "\(Self.timestamp()) \(event.level) \(label):\(pretty) [\(event.source)] \(event.message)\n"
         case .json:
             var object: [String: Any] = all.mapValues(Self.json)
@@ -70,6 +70,28 @@ struct ServerLogHandler: LogHandler {
                 (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
             return String(decoding: data, as: UTF8.self) + "\n"
         }
+    }
+
+    /// A metadata value as text: as it is when it is one word, else in double quotes with `"`
+    /// and `\` escaped and line breaks written `\n`, so that each `key=value` reads back whole
+    /// and a line stays one line.
+    static func text(_ value: Logger.Metadata.Value) -> String {
+        let text = "\(value)"
+        let plain =
+            !text.isEmpty && text.unicodeScalars.allSatisfy { $0.value > 0x20 && $0 != "\"" && $0 != "=" && $0 != "\\" && $0.value != 0x7F }
+        guard !plain else { return text }
+        var quoted = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": quoted += "\\\""
+            case "\\": quoted += "\\\\"
+            case "\n": quoted += "\\n"
+            case "\r": quoted += "\\r"
+            case "\t": quoted += "\\t"
+            default: quoted.unicodeScalars.append(scalar.value < 0x20 || scalar.value == 0x7F ? "?" : scalar)
+            }
+        }
+        return quoted + "\""
     }
 
     /// A metadata value as JSON: text as a string, lists and dictionaries as themselves.

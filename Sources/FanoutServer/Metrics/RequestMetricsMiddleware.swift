@@ -58,6 +58,8 @@ struct RequestMetrics: Sendable {
 /// the client gets, with its final status and code (a `CartStoreError` keeps its code there).
 struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
     let metrics: RequestMetrics
+    /// Told of the store's refusals, to look at the store's condition.
+    let watch: StoreWatch?
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = ContinuousClock.now
@@ -70,7 +72,7 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
             }
             return response
         } catch let error as APIError {
-            Refusals(metrics: metrics, logger: context.logger)
+            Refusals(metrics: metrics, logger: context.logger, watch: watch)
                 .record(error, method: request.method.rawValue, route: route ?? context.endpointPath ?? request.uri.path, since: start)
             if let route {
                 metrics.mutation(route: route, method: request.method, status: error.status, took: ContinuousClock.now - start)
@@ -87,9 +89,12 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
 struct Refusals: Sendable {
     let metrics: RequestMetrics
     let logger: Logger
+    /// Told of the store's refusals (`store_unavailable`, `storage_full`).
+    var watch: StoreWatch?
 
     func record(_ error: APIError, method: String, route: String, since start: ContinuousClock.Instant? = nil) {
         metrics.failed(code: error.code)
+        watch?.noticed(error.code)
         guard logger.logLevel <= .debug else { return }
         var metadata: Logger.Metadata = [
             "fanout.method": "\(method.prefix(16))", "fanout.route": "\(route.prefix(200))",
