@@ -136,6 +136,7 @@ let package = Package(
                 "EventLoopExecutor",
                 "FanoutProtocol",
                 "ProcessSignals",
+                "CommandLineRepair",
                 serverOnly("Hummingbird", "hummingbird"),
                 serverOnly("HummingbirdCore", "hummingbird"),
                 // `--tls-cert`/`--tls-key`: TLS in front of the connections (swift-nio-ssl).
@@ -165,10 +166,13 @@ let package = Package(
                 "FanoutClient",
                 "FanoutProtocol",
                 "ProcessSignals",
+                "CommandLineRepair",
                 serverOnly("ArgumentParser", "swift-argument-parser"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
+        // Both command lines' parse errors, said as a person would (`ArgumentRepair`).
+        .target(name: "CommandLineRepair", dependencies: [serverOnly("ArgumentParser", "swift-argument-parser")]),
         // Build-time tool: turns migrations/*.sql into Swift source so every binary carries its schema.
         .executableTarget(name: "embed-migrations"),
         .plugin(

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CartStore
 import CartStorePostgres
+import CommandLineRepair
 import FanoutProtocol
 import Foundation
 import Hummingbird
@@ -25,6 +26,12 @@ struct FanoutServerCommand: AsyncParsableCommand {
             """,
         version: FanoutVersion.current,
         subcommands: [TokenCommand.self, BackupCommand.self])
+
+    /// ArgumentParser's `main`, with a mistyped command or option said as a person would
+    /// (`ArgumentRepair`).
+    static func main() async {
+        await ArgumentRepair.run(ArgumentRepair.parse(Array(CommandLine.arguments.dropFirst()), as: Self.self), of: Self.self)
+    }
 
     @Option(help: "Port to listen on; 0 picks a free one.")
     var port: Int = 8080

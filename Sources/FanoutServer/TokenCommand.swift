@@ -54,6 +54,10 @@ struct TokenCommand: AsyncParsableCommand {
         guard !scopes.isEmpty, scopes.allSatisfy({ $0 == "read" || $0 == "write" }) else {
             throw ValidationError("--scope must be read, write, or \"read write\"")
         }
+        // Here rather than in `run`: a validation error is told with this command's usage.
+        guard signing.secret(environment: ProcessInfo.processInfo.environment) != nil else {
+            throw ValidationError("give the server's secret with --jwt-secret or FANOUT_JWT_SECRET")
+        }
     }
 
     func run() async throws {

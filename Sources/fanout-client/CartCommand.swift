@@ -25,7 +25,8 @@ struct CartCommand: AsyncParsableCommand {
             if let quantity { try CartLimits.checkQuantity(quantity, allowZero: allowZero) }
             if let price { try CartLimits.checkPrice(price) }
         } catch {
-            throw ValidationError(error.message)
+            // The API's field, as the command line names it.
+            throw ValidationError(error.message.replacingOccurrences(of: "unitPriceCents", with: "--price (cents)"))
         }
     }
 

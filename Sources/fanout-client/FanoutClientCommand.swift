@@ -1,8 +1,8 @@
 import ArgumentParser
+import CommandLineRepair
 import FanoutClient
 import FanoutProtocol
-
-import struct Foundation.URL
+import Foundation
 
 /// `fanout-client`: watch carts change, and change them, from a terminal.
 @main
@@ -17,6 +17,13 @@ struct FanoutClient: AsyncParsableCommand {
             """,
         version: FanoutVersion.current,
         subcommands: [SubscribeCommand.self, CartCommand.self])
+
+    /// ArgumentParser's `main`, with its messages for a mistyped command or option, and for a
+    /// negative number where a value goes, put as a person would (`ArgumentRepair`).
+    static func main() async {
+        let arguments = ArgumentRepair.negativeNumbersAsValues(Array(CommandLine.arguments.dropFirst()))
+        await ArgumentRepair.run(ArgumentRepair.parse(arguments, as: Self.self), of: Self.self)
+    }
 }
 
 /// `--cacert FILE`: the certificate authorities an `https://` or `wss://` server's certificate

@@ -52,14 +52,23 @@ struct CartCommandTests {
             (["cart", "show", "bad id"], "a cart id is 1–64 characters"),
             (["cart", "clear", "bad id"], "a cart id is 1–64 characters"),
             (["subscribe", "--cart", "bad id"], "a cart id is 1–64 characters"),
-            (["cart", "add", "alice", "apple", "--quantity", "2", "--price", "-5"], "must be 0…1000000000 (got -5)"),
+            (["cart", "add", "alice", "apple", "--quantity", "2", "--price", "-5"], "--price (cents) must be 0…1000000000 (got -5)"),
             (["cart", "add", "alice", "apple", "--quantity", "0", "--price", "5"], "quantity must be 1…10000 (got 0)"),
             (["cart", "set", "alice", "bad sku", "3"], "a sku is 1–64 characters"),
+            // A negative number where a value goes is that value, refused by its rule (it was
+            // taken for an option: "Missing expected argument '<quantity>'").
+            (["cart", "set", "alice", "apple", "-1"], "quantity must be 0…10000 (got -1)"),
+            // A mistyped option is named, with the one meant (a missing --quantity was reported
+            // instead), and so is a mistyped command ("Unknown option '--url'" before).
+            (["cart", "add", "alice", "apple", "--qty", "2", "--price", "5"], "Unknown option '--qty'. Did you mean '--quantity'?"),
+            (["cart", "add", "alice", "apple", "--quantity", "2", "--prise", "5"], "Unknown option '--prise'. Did you mean '--price'?"),
+            (["cart", "lst"], "'lst' is not a command of cart (list, show, add, set, remove, clear); did you mean 'list'?"),
+            (["subscrib"], "'subscrib' is not a command of fanout-client (subscribe, cart); did you mean 'subscribe'?"),
         ]
         // Nothing listens on port 1: a value that got past the check would fail to connect (exit 1).
         for (arguments, rule) in refused {
             let answer = try await Self.client(
-                arguments + ["--url", arguments[0] == "subscribe" ? "ws://127.0.0.1:1/subscribe" : "http://127.0.0.1:1"])
+                arguments + ["--url", arguments[0].hasPrefix("subscri") ? "ws://127.0.0.1:1/subscribe" : "http://127.0.0.1:1"])
             #expect(answer.status == 64, "\(arguments): \(answer.error)")
             #expect(answer.error.contains(rule), "\(arguments): \(answer.error)")
         }

@@ -308,6 +308,15 @@ struct ServerProcessTests {
         let token = try await runToExit("fanout-server", ["token", "--sub", "a", "--carts", "a", "--jwt-secret", "short"])
         #expect(token.status == 0)
         #expect(token.standardError.components(separatedBy: "warning:").count == 2, "one warning: \(token.standardError)")
+        // Without a secret: said with the token command's usage, not the server's.
+        let unsigned = try await runToExit("fanout-server", ["token", "--sub", "a", "--carts", "a"])
+        #expect(unsigned.status == 64)
+        #expect(unsigned.standardError.contains("give the server's secret with --jwt-secret or FANOUT_JWT_SECRET"))
+        #expect(unsigned.standardError.contains("Usage: fanout-server token"), "\(unsigned.standardError)")
+        // A mistyped command is named, with the one meant (it said "Unexpected argument").
+        let mistyped = try await runToExit("fanout-server", ["tokn", "--sub", "a"])
+        #expect(mistyped.status == 64)
+        #expect(mistyped.standardError.contains("'tokn' is not a command of fanout-server (token, backup); did you mean 'token'?"))
     }
 
     @Test func badCommandLinesExitNonZeroWithAMessage() async throws {
