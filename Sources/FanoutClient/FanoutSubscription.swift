@@ -158,7 +158,7 @@ public struct FanoutSubscription: Sendable {
                 if let already = fetched {
                     token = already
                 } else {
-                    token = try await api.credentials.token()
+                    token = try await api.credentials.tokenForConnection()
                 }
                 fetched = nil
                 defer { interrupted = wakeUps.wokeUp }
@@ -259,6 +259,10 @@ public struct FanoutSubscription: Sendable {
                                 if let presenceStates, let asked = plan.presence {
                                     group.addTask { try await presenceStates.send(after: asked.state, with: writer) }
                                 }
+                                // A signed token is replaced in band before it expires.
+                                if let token, let expiry = Credentials.expiry(of: token) {
+                                    group.addTask { try await self.refreshInBand(token, expiring: expiry, with: writer) }
+                                }
                             }
                             try await reader.deliver(message, raw: text)
                         }
@@ -272,9 +276,13 @@ public struct FanoutSubscription: Sendable {
                 throw ConnectionProblem.endedByServer(closeCode: closeCode, code: FanoutErrorCode(closeCode: closeCode))
             }
         case .serverSentEvents:
-            if let presenceStates, plan.presence != nil {
+            // A stream whose presence state changes, or whose token expires, is handed over to
+            // a new stream (an event stream cannot send anything).
+            let refreshable = token.flatMap(Credentials.expiry(of:)) != nil
+            if (presenceStates != nil && plan.presence != nil) || refreshable {
                 try await EventStreamHandover(
-                    subscription: self, token: token, received: received, presenceStates: presenceStates, handle: handle
+                    subscription: self, token: token, received: received,
+                    presenceStates: plan.presence == nil ? nil : presenceStates, handle: handle
                 ).run(plan)
             } else {
                 try await stream(
@@ -283,9 +291,24 @@ public struct FanoutSubscription: Sendable {
         }
     }
 
+    /// Sends a fresh token on the WebSocket (`refresh`) a while before each one expires, for as
+    /// long as the provider has one; without one the server ends the connection at `exp`
+    /// (4003), and the next connection asks the provider again.
+    private func refreshInBand(_ token: String, expiring expiry: Date, with writer: WebSocketLink.Writer) async throws {
+        var (current, expiry) = (token, expiry)
+        while true {
+            try await Task.sleep(for: Credentials.refreshDelay(until: expiry))
+            guard let fresh = try await api.credentials.fresher(than: current, expiring: expiry) else { return }
+            try await writer.send(.refresh(token: fresh))
+            guard let next = Credentials.expiry(of: fresh) else { return }
+            (current, expiry) = (fresh, next)
+        }
+    }
+
     /// One event stream for `plan`, read until the server ends it. `whenJoined` runs once the
     /// stream is past its welcome (at its first presence message, the server has made it a
-    /// member of its carts' presence), before anything of it is handed on.
+    /// member of its carts' presence; without presence, at the welcome), before anything of it
+    /// is handed on.
     func stream(_ plan: Plan, token: String?, reader: MessageReader, whenJoined: (@Sendable () async throws -> Void)? = nil)
         async throws
     {
@@ -299,6 +322,9 @@ public struct FanoutSubscription: Sendable {
                 let message = try reader.read(text)
                 if let joined = whenJoined {
                     switch message {
+                    case .welcome where plan.presence == nil:
+                        whenJoined = nil
+                        try await joined()
                     case .welcome, .heartbeat:
                         return held.append((message, text))
                     default:

@@ -55,7 +55,8 @@ struct ReadmeClientExampleTests {
         }
 
         // The provider is your app's own way to its user's signed token (its sign-in, its
-        // backend), asked before each connection, so an expiring token is replaced.
+        // backend), asked before each connection and before the token expires: the open connection
+        // takes the fresh token in band, so a token's end never drops it.
         let store = RemoteCartStore(
             server: URL(string: "http://127.0.0.1:8080")!,
             credentials: .provider { UserDefaults.standard.string(forKey: "fanout-token") })

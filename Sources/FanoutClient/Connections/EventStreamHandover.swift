@@ -2,35 +2,41 @@ import FanoutProtocol
 import NIOConcurrencyHelpers
 import Synchronization
 
-/// An event stream with presence, whose state changes while it runs. An event stream cannot
-/// send anything, so each change opens a stream with the new state (same key), and the old
-/// stream is closed only once the new one is a member (its first presence message came): the
-/// server has then made the new one take the membership over, so the others see a state
-/// change, never a leave and a join (a stream the server sees close is a leave at once; its
-/// welcome comes before it joins).
+/// An event stream whose presence state changes, or whose signed token expires, while it runs.
+/// An event stream cannot send anything, so each change opens a stream with the new state (same
+/// key) or the provider's fresh token, and the old stream is closed only once the new one has
+/// joined: with presence, once it is a member (its first presence message came: the server has
+/// then made the new one take the membership over, so the others see a state change, never a
+/// leave and a join; a stream the server sees close is a leave at once, and its welcome comes
+/// before it joins); without, once it is welcomed.
 ///
 /// One stream hands messages on at a time: the new one, once it joined, waits until the old
 /// one has ended; it resumes after the last seq handed on, and events the old one handed on
 /// meanwhile are not handed on twice (`DeliveredSeq`).
 struct EventStreamHandover {
     let subscription: FanoutSubscription
+    /// The token of the first stream.
     let token: String?
     let received: Counter
-    let presenceStates: PresenceStates
+    /// The presence state to follow, for a plan with presence.
+    let presenceStates: PresenceStates?
     let handle: @Sendable (FanoutSubscription.Update) async throws -> Void
 
     /// What the handover's loop hears. Few ever wait: at most one `changed` (state changes
-    /// are told once until the loop takes the state), and two per stream.
+    /// are told once until the loop takes the state), one `fresh` a token's life, and two per
+    /// stream.
     private enum Signal {
         case changed
+        case fresh(String)
         case joined(Int)
         case ended(Int)
     }
 
-    /// A stream of the handover: its plan, its task, and what lets it hand messages on.
+    /// A stream of the handover: its plan and token, its task, and what lets it hand messages on.
     private struct Open {
         let id: Int
         let plan: FanoutSubscription.Plan
+        let token: String?
         let task: Task<Void, any Error>
         let go: AsyncStream<Void>.Continuation
     }
@@ -42,6 +48,7 @@ struct EventStreamHandover {
         let states = presenceStates
         let changeWaiting = NIOLockedValueBox(false)
         let forwarder = Task {
+            guard let states else { return }
             while !Task.isCancelled {
                 await states.changes.next()
                 let waiting = changeWaiting.withLockedValue { waiting in
@@ -51,13 +58,26 @@ struct EventStreamHandover {
                 if !waiting { signal.yield(.changed) }
             }
         }
+        // The provider's next token, a while before the current one expires.
+        let credentials = subscription.api.credentials
+        let refresher = Task { [token] in
+            guard var current = token, var expiry = Credentials.expiry(of: current) else { return }
+            while true {
+                try await Task.sleep(for: Credentials.refreshDelay(until: expiry))
+                guard let fresh = try await credentials.fresher(than: current, expiring: expiry) else { return }
+                signal.yield(.fresh(fresh))
+                guard let next = Credentials.expiry(of: fresh) else { return }
+                (current, expiry) = (fresh, next)
+            }
+        }
+        var token = self.token
         var ids = 0
         func open(_ plan: FanoutSubscription.Plan, waiting: Bool) -> Open {
             ids += 1
             let id = ids
             let (gate, go) = AsyncStream<Void>.makeStream()
             if !waiting { go.finish() }
-            let reader = MessageReader(handle: handle, received: received, presenceAsked: true, delivered: delivered)
+            let reader = MessageReader(handle: handle, received: received, presenceAsked: plan.presence != nil, delivered: delivered)
             let task = Task { [subscription, token] in
                 defer { signal.yield(.ended(id)) }
                 try await subscription.stream(plan, token: token, reader: reader) {
@@ -66,13 +86,14 @@ struct EventStreamHandover {
                     try Task.checkCancellation()
                 }
             }
-            return Open(id: id, plan: plan, task: task, go: go)
+            return Open(id: id, plan: plan, token: token, task: task, go: go)
         }
         var current = open(first, waiting: false)
         var successor: Open?
         var changedWhileOpening = false
         func end() async {
             forwarder.cancel()
+            refresher.cancel()
             for stream in [current, successor].compactMap({ $0 }) {
                 stream.task.cancel()
                 stream.go.finish()
@@ -84,12 +105,16 @@ struct EventStreamHandover {
             case .changed where successor != nil:
                 changeWaiting.withLockedValue { $0 = false }
                 changedWhileOpening = true
-            case .changed:
+            case .fresh(let fresh) where successor != nil:
+                // Taken by the next stream, opened once the one opening now has joined.
+                token = fresh
+                changedWhileOpening = true
+            case .changed, .fresh:
+                if case .fresh(let fresh) = next { token = fresh }
                 changeWaiting.withLockedValue { $0 = false }
-                let state = presenceStates.state
-                guard state != current.plan.presence?.state else { continue }
                 var plan = current.plan
-                plan.presence?.state = state
+                if let state = presenceStates?.state { plan.presence?.state = state }
+                guard plan.presence?.state != current.plan.presence?.state || token != current.token else { continue }
                 plan.since = delivered.seq ?? plan.since
                 successor = open(plan, waiting: true)
             case .joined(let id) where id == successor?.id:

@@ -14,6 +14,9 @@ public enum ConnectionProblem: Error, Sendable, Hashable, CustomStringConvertibl
     case serverError(FanoutErrorCode?, message: String)
     /// The server sent what the protocol does not allow; the store reconnects and resumes.
     case protocolViolation(String)
+    /// The app's credentials provider (`Credentials.provider`) threw: the app's own token
+    /// backend is the trouble, not the network or the server. Asked again after the pause.
+    case credentialsUnavailable(String)
 
     /// The server's name does not resolve (a typo, or no network to ask).
     public var isUnresolvable: Bool {
@@ -60,6 +63,7 @@ public enum ConnectionProblem: Error, Sendable, Hashable, CustomStringConvertibl
             }
         case .serverError(let code, let message): "server error (\(code?.rawValue ?? "unknown")): \(message)"
         case .protocolViolation(let why): "the server broke the protocol: \(why)"
+        case .credentialsUnavailable(let why): "no token: the credentials provider failed (\(why))"
         }
     }
 }
