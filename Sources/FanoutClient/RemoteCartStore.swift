@@ -44,6 +44,12 @@ public final class RemoteCartStore: CartSource {
     /// Wakes the task that sends pending writes (at most one wake-up waits).
     private let sendPending: AsyncStream<Void>.Continuation
     private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
+    /// The store's own waits are measured on it (see `init`).
+    private let clock: any Clock<Duration>
+    #if canImport(Network)
+        /// Retries at once when the device's network comes back (`retryNow`).
+        private let networkPath: NetworkPathWatch
+    #endif
 
     /// - Parameters:
     ///   - server: `http://host:port` (or `https://`) of the fanout-server.
@@ -84,6 +90,7 @@ public final class RemoteCartStore: CartSource {
         presence: Presence? = nil, clock: any Clock<Duration>
     ) {
         presenceKey = presence?.key
+        self.clock = clock
         let presenceStates = presence.map { PresenceStates($0.state) }
         self.presenceStates = presenceStates
         replica.state.presenceWanted = presence != nil
@@ -127,6 +134,9 @@ public final class RemoteCartStore: CartSource {
             }
         }
         tasks.withLockedValue { $0 = [run, sweep, send] }
+        #if canImport(Network)
+            networkPath = NetworkPathWatch { [replica] in replica.retryNow() }
+        #endif
     }
 
     /// Released, the store stops as `close()` does, without telling its observers: a store
@@ -135,6 +145,9 @@ public final class RemoteCartStore: CartSource {
     deinit {
         for task in tasks.withLockedValue({ $0 }) { task.cancel() }
         sendPending.finish()
+        #if canImport(Network)
+            networkPath.cancel()
+        #endif
     }
 
     /// Closes the store: every observer is told `ConnectionState.closed` (on its queue, its last
@@ -142,11 +155,72 @@ public final class RemoteCartStore: CartSource {
     /// this returns, and nothing more is applied or told. Later calls do nothing; an observer
     /// added afterwards gets no callback.
     public func close() async {
+        #if canImport(Network)
+            networkPath.cancel()
+        #endif
         replica.close(observers: observers)
         let tasks = self.tasks.withLockedValue { $0 }
         for task in tasks { task.cancel() }
         sendPending.finish()
         for task in tasks { await task.value }
+    }
+
+    /// For an app going to the background: the writes not yet sent get up to `bound` to reach
+    /// the server, then the connection is closed (the server sees the subscriber go, and its
+    /// presence leaves as closed) and observers are told `ConnectionState.suspended`. The carts,
+    /// their seq, the writes still pending and the cache file stay as they are; writes made
+    /// meanwhile are kept (and saved) to be sent on `resume()`. Returns once the connection is
+    /// closed.
+    ///
+    /// ```swift
+    /// .onChange(of: scenePhase) { _, phase in
+    ///     switch phase {
+    ///     case .background: Task { await store.suspend() }
+    ///     case .active: store.resume()
+    ///     default: break
+    ///     }
+    /// }
+    /// ```
+    public func suspend(sendingPendingWritesFor bound: Duration = .seconds(2)) async {
+        let unsent = replica.read { state in state.pending.entries.filter { $0.answeredSeq == nil }.map(\.write) }
+        if !unsent.isEmpty {
+            // Whichever comes first: every write's outcome, or the bound.
+            let clock = self.clock
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                let finished = NIOLockedValueBox(false)
+                let finish: @Sendable () -> Void = {
+                    let first = finished.withLockedValue { wasFinished in
+                        defer { wasFinished = true }
+                        return !wasFinished
+                    }
+                    if first { done.resume() }
+                }
+                Task { [self] in
+                    for write in unsent { _ = await outcome(of: write) }
+                    finish()
+                }
+                Task {
+                    try? await clock.sleep(for: bound)
+                    finish()
+                }
+            }
+        }
+        await replica.suspend()
+    }
+
+    /// Back from `suspend()` (the app is active again): connects at once, skipping any pause,
+    /// resumes after the replica's seq (nothing missed, nothing twice), and sends the writes
+    /// made meanwhile. Does nothing for a store that is not suspended.
+    public func resume() {
+        replica.resume()
+    }
+
+    /// The network changed (it is back, or another one took over): a store waiting before its
+    /// next attempt tries now rather than at the end of its backoff. A live connection is left
+    /// as it is. Where the `Network` framework exists, the store calls it itself when the
+    /// device's path becomes satisfied (`NWPathMonitor`); elsewhere an app calls it.
+    public func retryNow() {
+        replica.retryNow()
     }
 
     /// A cart as the replica holds it now (consistent with the last callback made), or nil if

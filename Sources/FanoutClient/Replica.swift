@@ -37,6 +37,10 @@ package final class Replica: @unchecked Sendable {
         var refusedCartsFoundAt: ContinuousClock.Instant?
         /// `RemoteCartStore.close()` was called: nothing more is applied or told.
         var closed = false
+        /// `RemoteCartStore.suspend()` was called, and not `resume()` since: no connection.
+        var suspended = false
+        /// Callers of `suspend()` waiting for the connection to be closed.
+        var suspendWaiters: [CheckedContinuation<Void, Never>] = []
         /// Writes made through the store that the server has not confirmed, in order.
         var pending = PendingWrites()
         /// Callers of `applied(through:)` waiting for the replica to reach a seq.
@@ -123,7 +127,7 @@ package final class Replica: @unchecked Sendable {
     }
 
     private func reconsiderLocked(_ observers: RemoteCartStore.Observers) {
-        guard !state.closed, demand.mayWake else { return }
+        guard !state.closed, !state.suspended, demand.mayWake else { return }
         let expired = state.refused.values.contains { $0.at.duration(to: .now) >= FanoutSubscription.refusalPause }
         if demand.wake(toFollow: observers.wanted.map(served), refusalExpired: expired) { wakeUps.wake() }
     }
@@ -175,12 +179,19 @@ package final class Replica: @unchecked Sendable {
     /// or below their version are skipped); a cart the server refuses is told to its observers
     /// and left out. Any other failure throws: the subscription reports it and asks again.
     package func plan(for observers: RemoteCartStore.Observers, api: CartServerAPI) async throws -> FanoutSubscription.Plan? {
-        let (closed, wanted) = lock.withLock {
+        let (closed, suspended, wanted) = lock.withLock {
             let wanted = observers.wanted
             demand.beginPlanning(wanted.map(served))
-            return (state.closed, wanted)
+            if state.suspended, !state.closed {
+                // No connection until `resume()`: the carts and their seq stay as they are.
+                demand.planned(nil)
+                setConnection(.suspended, observers: observers)
+                for waiter in state.suspendWaiters { waiter.resume() }
+                state.suspendWaiters = []
+            }
+            return (state.closed, state.suspended, wanted)
         }
-        guard !closed else { return nil }
+        guard !closed, !suspended else { return nil }
         let plan = try await plan(wanting: wanted, observers: observers, api: api)
         lock.withLock {
             demand.planned(plan.map { $0.carts.map(CartSelection.only) ?? .all })
@@ -435,11 +446,46 @@ package final class Replica: @unchecked Sendable {
     }
 
     /// Tells every observer the store is closed: their last callback.
+    /// Closes the connection until `resume`: returns once the subscription's loop has let it go.
+    func suspend() async {
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            lock.withLock {
+                guard !state.closed else { return waiter.resume() }
+                state.suspended = true
+                state.suspendWaiters.append(waiter)
+            }
+            wakeUps.wake()
+        }
+    }
+
+    /// Connects again at once after `suspend`, whatever pause the loop was in.
+    func resume() {
+        let wasSuspended = lock.withLock {
+            defer { state.suspended = false }
+            return state.suspended
+        }
+        if wasSuspended { wakeUps.wake() }
+    }
+
+    /// Ends the loop's pause before its next attempt, if it is in one (the network is back):
+    /// a live connection is left as it is.
+    func retryNow() {
+        let waiting = lock.withLock {
+            switch state.connection {
+            case .reconnecting, .refused: !state.suspended && !state.closed
+            default: false
+            }
+        }
+        if waiting { wakeUps.wake() }
+    }
+
     func close(observers: RemoteCartStore.Observers) {
         lock.withLock {
             guard !state.closed else { return }
             setConnection(.closed, observers: observers)
             state.closed = true
+            for waiter in state.suspendWaiters { waiter.resume() }
+            state.suspendWaiters = []
             state.pending.abandonWaiters()
             resumeSeqWaiters()
         }

@@ -17,12 +17,15 @@ public enum CartConnectionState: Sendable, Hashable, CustomStringConvertible {
     /// token provider has a new token. A cart refused to one observer while others are served
     /// is that observer's (`CartObserver.cartSource(_:didRefuse:because:)`).
     case refused(RemoteStoreError)
+    /// The app suspended the store (`RemoteCartStore.suspend()`, going to the background):
+    /// no connection, the carts held as they were, until it resumes.
+    case suspended
     /// The store was closed: no connection, and no callback after this one.
     case closed
 
     public static func == (lhs: CartConnectionState, rhs: CartConnectionState) -> Bool {
         switch (lhs, rhs) {
-        case (.idle, .idle), (.connecting, .connecting), (.live, .live), (.closed, .closed): true
+        case (.idle, .idle), (.connecting, .connecting), (.live, .live), (.suspended, .suspended), (.closed, .closed): true
         case (.reconnecting(let a), .reconnecting(let b)): a == b
         case (.refused(let a), .refused(let b)): a.description == b.description
         default: false
@@ -40,6 +43,7 @@ public enum CartConnectionState: Sendable, Hashable, CustomStringConvertible {
         case .live: "live"
         case .reconnecting(let problem): "reconnecting (\(problem))"
         case .refused(let error): "refused (\(error))"
+        case .suspended: "suspended"
         case .closed: "closed"
         }
     }
