@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 
 /// Shopping carts with a durable event log and weakly held observers, kept in SQLite (one file,
 /// one server) or PostgreSQL (one database, several servers).
@@ -20,7 +21,7 @@ import GRDB
 /// The API is `async`: changes and large reads wait without holding a thread (small reads of
 /// SQLite, tens of microseconds, run on the caller's thread: `SmallReaders`), and an observer
 /// callback, which is synchronous, cannot call back into the store while the store is writing.
-public final class CartStore: CartSource {
+public final class CartStore: CartSource, CartWriter {
     /// What a successful return promises about surviving crashes.
     public enum Durability: Sendable {
         /// Every commit is synced to disk before it returns: survives power loss.
@@ -40,6 +41,8 @@ public final class CartStore: CartSource {
 
     /// The storage engine: what keeps the rows and the log, and commits.
     package let backend: any CartStoreBackend
+    /// The seqs of the last writes made through `write(_:to:expectedVersion:)`, for `outcome(of:)`.
+    let writeOutcomes = NIOLockedValueBox(RecentWriteOutcomes())
 
     /// Opens (creating if needed) the SQLite database at `path` in WAL mode, migrates it, and
     /// checks that it can be written.

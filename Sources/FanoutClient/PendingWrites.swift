@@ -1,17 +1,6 @@
 import FanoutProtocol
 import Foundation
 
-/// What became of a write made through a `RemoteCartStore`.
-public enum WriteOutcome: Sendable {
-    /// The server committed it: `seq` is its event's.
-    case confirmed(seq: Int64)
-    /// The server refused it for good; it was rolled back.
-    case rejected(RemoteStoreError)
-    /// The store does not remember it: not one of its writes, or one of more than
-    /// `RemoteCartStore.rememberedOutcomes` ago.
-    case unknown
-}
-
 /// What the task that sends a store's pending writes is doing: said by `debugDescription`.
 enum WriteSending: Sendable, CustomStringConvertible {
     case idle

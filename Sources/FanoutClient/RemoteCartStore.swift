@@ -20,7 +20,7 @@ import WeakObservers
 /// When observers ask for carts the replica does not hold, the store reads their current state
 /// over HTTP and resubscribes (a new connection, resumed from the replica's seq): carts that
 /// stay observed lose and repeat nothing.
-public final class RemoteCartStore: CartSource {
+public final class RemoteCartStore: CartSource, CartWriter {
     /// The connection to the server, as observers are told of it (`CartConnectionState`,
     /// shared with `CartStore`).
     public typealias ConnectionState = CartConnectionState
@@ -358,59 +358,22 @@ extension RemoteCartStore {
     /// How many ended writes the store remembers the outcome of (`outcome(of:)`).
     public static let rememberedOutcomes = 1_000
 
-    /// Adds `quantity` of `sku` to the cart, at once: observers of the cart are told it pending
-    /// (`didChangePending`) before this returns, and it is sent in order with the store's other
-    /// writes, retried across failures with the same idempotency key until the server answers
-    /// (so applied once), and confirmed when its event is applied, or rolled back (`didReject`)
-    /// if the server refuses it. See `outcome(of:)`.
+    /// Makes `write` to the cart, at once: observers of the cart are told it pending
+    /// (`didChangePending`) before this returns (it never waits for the server), and it is sent
+    /// in order with the store's other writes, retried across failures with the same idempotency
+    /// key until the server answers (so applied once), and confirmed when its event is applied,
+    /// or rolled back (`didReject`) if the server refuses it. See `outcome(of:)`. `addItem`,
+    /// `setQuantity`, `removeItem` and `clear` (`CartWriter`) make their writes with it.
     ///
     /// - Parameters:
-    ///   - sku: the line's SKU.
-    ///   - quantity: how many to add.
-    ///   - unitPriceCents: the line's price in cents.
-    ///   - name: the line's display name.
+    ///   - write: what to do.
     ///   - cartID: the cart.
     ///   - expectedVersion: the version the cart must be at on the server (0: must not exist
     ///     yet); a write made offline against an old version is refused (`version_conflict`).
     /// - Throws: `RemoteStoreError.invalid` for values the server would refuse (not taken),
     ///   `.tooManyPendingWrites` when `maxPendingWrites` wait already.
     @discardableResult
-    public func addItem(
-        _ sku: String, quantity: Int, unitPriceCents: Int, name: String? = nil, to cartID: String, expectedVersion: Int64? = nil
-    ) throws(RemoteStoreError) -> PendingWrite {
-        try write(
-            .addItem(sku: sku, quantity: quantity, unitPriceCents: unitPriceCents, name: name), to: cartID, expectedVersion: expectedVersion
-        )
-    }
-
-    /// Sets the quantity of a line (0 removes it), as `addItem` does: shown at once, sent, confirmed.
-    @discardableResult
-    public func setQuantity(of sku: String, to quantity: Int, in cartID: String, expectedVersion: Int64? = nil) throws(RemoteStoreError)
-        -> PendingWrite
-    {
-        try write(.setQuantity(sku: sku, quantity: quantity), to: cartID, expectedVersion: expectedVersion)
-    }
-
-    /// Removes a line, as `addItem` does: shown at once, sent, confirmed.
-    @discardableResult
-    public func removeItem(_ sku: String, from cartID: String, expectedVersion: Int64? = nil) throws(RemoteStoreError) -> PendingWrite {
-        try write(.removeItem(sku: sku), to: cartID, expectedVersion: expectedVersion)
-    }
-
-    /// Empties a cart, as `addItem` does: shown at once, sent, confirmed.
-    @discardableResult
-    public func clear(_ cartID: String, expectedVersion: Int64? = nil) throws(RemoteStoreError) -> PendingWrite {
-        try write(.clear, to: cartID, expectedVersion: expectedVersion)
-    }
-
-    /// Makes `write` to the cart: shown at once as pending, then sent (see `addItem`).
-    ///
-    /// - Parameters:
-    ///   - write: what to do.
-    ///   - cartID: the cart.
-    ///   - expectedVersion: the version the cart must be at on the server, if any.
-    @discardableResult
-    public func write(_ write: CartWrite, to cartID: String, expectedVersion: Int64? = nil) throws(RemoteStoreError) -> PendingWrite {
+    public func write(_ write: CartWrite, to cartID: String, expectedVersion: Int64? = nil) async throws(RemoteStoreError) -> PendingWrite {
         try CartServerAPI.check { () throws(FanoutError) in
             try write.check()
             try CartLimits.checkCartID(cartID)

@@ -99,7 +99,7 @@ struct CacheFileTests {
         #expect(after.record.withLockedValue { $0.loaded?.first?.items.map(\.sku) } == ["seed"], "the cached cart, at once")
         await eventually("live", store: second, server: server) { second.connectionState == .live }
         #expect(await server.subscribers() == 1)
-        let write = try second.addItem("pear", quantity: 1, unitPriceCents: 5, to: "c")
+        let write = try await second.addItem("pear", quantity: 1, unitPriceCents: 5, to: "c")
         let confirmed = await eventually("the write confirmed", store: second, server: server) { second.pendingWrites.isEmpty }
         guard confirmed, case .confirmed(let seq) = await second.outcome(of: write) else {
             Issue.record("the write was not confirmed")
@@ -148,7 +148,7 @@ struct CacheFileTests {
         defer { removeFile() }
         let nowhere = URL(string: "http://127.0.0.1:1")!
         var first: RemoteCartStore? = RemoteCartStore(server: nowhere, cacheFile: file)
-        let made = try #require(first).addItem("s", quantity: 1, unitPriceCents: 1, to: "c")
+        let made = try await #require(first).addItem("s", quantity: 1, unitPriceCents: 1, to: "c")
         await first?.close()
         first = nil
         // Held: one connection with the file to itself (no other may read it) for 300 ms, once
@@ -188,7 +188,8 @@ struct CacheFileTests {
         var first: RemoteCartStore? = RemoteCartStore(server: server.url, cacheFile: file)
         var made: [PendingWrite] = []
         for index in 0..<100 {
-            made.append(try #require(first).addItem("s\(index / 20)", quantity: 1 + index % 3, unitPriceCents: 10, to: carts[index % 20]))
+            made.append(
+                try await #require(first).addItem("s\(index / 20)", quantity: 1 + index % 3, unitPriceCents: 10, to: carts[index % 20]))
         }
         first = nil  // the app is gone, with its writes pending in the file
 
@@ -200,7 +201,7 @@ struct CacheFileTests {
         #expect(second.pendingWrites.map(\.id) == made.map(\.id), "every write taken, in order, with its key")
         #expect(second.pendingWrites.map(\.write) == made.map(\.write))
         for index in 100..<200 {
-            made.append(try second.addItem("s\(index / 20)", quantity: 1 + index % 3, unitPriceCents: 10, to: carts[index % 20]))
+            made.append(try await second.addItem("s\(index / 20)", quantity: 1 + index % 3, unitPriceCents: 10, to: carts[index % 20]))
         }
         server.thaw()
         await eventually(timeout: .seconds(60), "every write confirmed") { second.pendingWrites.isEmpty }

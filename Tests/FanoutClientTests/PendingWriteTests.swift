@@ -23,7 +23,7 @@ struct PendingWriteTests {
                 case 2: .setQuantity(sku: "s\(index / 4)", quantity: 7)
                 default: .removeItem(sku: "seed")
                 }
-            writes.append(try store.write(write, to: "p"))
+            writes.append(try await store.write(write, to: "p"))
             expected = expected.applying([writes[index]])
             // Told before the call returned (an observer without a queue runs in it).
             let last = try #require(recorder.shown.last)
@@ -72,9 +72,9 @@ struct PendingWriteTests {
         let (server, store, recorder) = try await Self.following("r")
         let version = try #require(store.cart("r")).version
 
-        let conflicting = try store.addItem("late", quantity: 1, unitPriceCents: 5, to: "r", expectedVersion: version + 5)
-        let missing = try store.removeItem("nothing-here", from: "r")
-        let fine = try store.addItem("ok", quantity: 2, unitPriceCents: 5, to: "r", expectedVersion: version)
+        let conflicting = try await store.addItem("late", quantity: 1, unitPriceCents: 5, to: "r", expectedVersion: version + 5)
+        let missing = try await store.removeItem("nothing-here", from: "r")
+        let fine = try await store.addItem("ok", quantity: 2, unitPriceCents: 5, to: "r", expectedVersion: version)
         #expect(store.pendingWrites.map(\.id) == [conflicting.id, missing.id, fine.id])
 
         guard case .rejected(let conflict) = await store.outcome(of: conflicting) else {
@@ -111,10 +111,10 @@ struct PendingWriteTests {
         await eventually("bob loaded") { bobSees.isLoaded }
         let version = try #require(alice.cart("shared")).version
         server.freeze()
-        let fromAlice = try alice.addItem("tea", quantity: 1, unitPriceCents: 300, to: "shared", expectedVersion: version)
-        let fromBob = try bob.addItem("coffee", quantity: 1, unitPriceCents: 400, to: "shared", expectedVersion: version)
-        let laterFromAlice = try alice.addItem("milk", quantity: 1, unitPriceCents: 90, to: "shared")
-        let laterFromBob = try bob.addItem("sugar", quantity: 1, unitPriceCents: 50, to: "shared")
+        let fromAlice = try await alice.addItem("tea", quantity: 1, unitPriceCents: 300, to: "shared", expectedVersion: version)
+        let fromBob = try await bob.addItem("coffee", quantity: 1, unitPriceCents: 400, to: "shared", expectedVersion: version)
+        let laterFromAlice = try await alice.addItem("milk", quantity: 1, unitPriceCents: 90, to: "shared")
+        let laterFromBob = try await bob.addItem("sugar", quantity: 1, unitPriceCents: 50, to: "shared")
         server.thaw()
 
         var confirmed = 0
@@ -151,14 +151,14 @@ struct PendingWriteTests {
         let store = RemoteCartStore(server: server.url, pendingWriteLifetime: .milliseconds(300))
         let other = Recorder()
         store.observers.add(other, carts: .only(["late"]))
-        let write = try store.addItem("stale", quantity: 1, unitPriceCents: 1, to: "late")
+        let write = try await store.addItem("stale", quantity: 1, unitPriceCents: 1, to: "late")
         guard case .rejected(let error) = await store.outcome(of: write), case .pendingWriteExpired = error else {
             Issue.record("a write past its lifetime was not rolled back")
             return
         }
         #expect(store.pendingWrites.isEmpty)
         try await server.start()
-        let fresh = try store.addItem("fresh", quantity: 1, unitPriceCents: 1, to: "late")
+        let fresh = try await store.addItem("fresh", quantity: 1, unitPriceCents: 1, to: "late")
         guard case .confirmed = await store.outcome(of: fresh) else {
             Issue.record("the next write did not go")
             return
@@ -189,12 +189,12 @@ struct PendingWriteTests {
         server.freeze()
         let store = RemoteCartStore(server: server.url)
         for index in 0..<RemoteCartStore.maxPendingWrites {
-            try store.addItem("s\(index % 50)", quantity: 1, unitPriceCents: 1, to: "full")
+            try await store.addItem("s\(index % 50)", quantity: 1, unitPriceCents: 1, to: "full")
         }
-        #expect(throws: RemoteStoreError.self) { try store.addItem("one-more", quantity: 1, unitPriceCents: 1, to: "full") }
+        await #expect(throws: RemoteStoreError.self) { try await store.addItem("one-more", quantity: 1, unitPriceCents: 1, to: "full") }
         #expect(store.pendingWrites.count == RemoteCartStore.maxPendingWrites, "every write taken is still pending")
-        #expect(throws: RemoteStoreError.self, "bad values are refused before they are taken") {
-            try store.addItem("bad sku", quantity: 1, unitPriceCents: 1, to: "x")
+        await #expect(throws: RemoteStoreError.self, "bad values are refused before they are taken") {
+            try await store.addItem("bad sku", quantity: 1, unitPriceCents: 1, to: "x")
         }
         await store.close()
         server.thaw()

@@ -28,7 +28,8 @@ struct RemoteStoreAppLifecycleTests {
         await eventually("the witness sees the store") { witness.members(of: "alice").contains { $0.member == key } }
 
         // Going to the background right after three writes: they are sent before it closes.
-        let writes = try (0..<3).map { try store.addItem("s\($0)", quantity: 1, unitPriceCents: 1, to: "alice") }
+        var writes: [PendingWrite] = []
+        for index in 0..<3 { writes.append(try await store.addItem("s\(index)", quantity: 1, unitPriceCents: 1, to: "alice")) }
         await store.suspend()
         for write in writes {
             guard case .confirmed = await store.outcome(of: write) else {
@@ -47,7 +48,7 @@ struct RemoteStoreAppLifecycleTests {
         // Meanwhile: another client's changes, and one of the app's (kept, not sent).
         await server.add("alice", "while-away-1")
         await server.add("alice", "while-away-2")
-        let meanwhile = try store.addItem("meanwhile", quantity: 1, unitPriceCents: 1, to: "alice")
+        let meanwhile = try await store.addItem("meanwhile", quantity: 1, unitPriceCents: 1, to: "alice")
         #expect(await server.subscribers() == 1, "no connection while suspended")
 
         store.resume()

@@ -237,7 +237,7 @@ func offlineWrites(_ server: URL, cache: URL, range: Range<Int>, killAfter: Int?
     var taken: [PendingWrite] = []
     for index in range {
         let (cartID, write) = offlineWrite(index)
-        taken.append(try store.write(write, to: cartID))
+        taken.append(try await store.write(write, to: cartID))
         if taken.count == killAfter { kill(getpid(), SIGKILL) }
     }
     try await waitFor("every write confirmed", timeout: .seconds(60)) { store.pendingWrites.isEmpty }
