@@ -108,7 +108,9 @@ struct PendingWrites {
 
 extension Replica {
     /// A write made through the store: shown at once to the observers of its cart, then sent.
-    func addPending(_ write: PendingWrite, observers: RemoteCartStore.Observers) throws(RemoteStoreError) {
+    /// Queued to the file in order with the replica's other changes; returns the file and the
+    /// change's number, to wait (outside the lock) until it is synced.
+    func addPending(_ write: PendingWrite, observers: RemoteCartStore.Observers) throws(RemoteStoreError) -> (ReplicaFile, Int)? {
         lock.lock()
         defer { lock.unlock() }
         guard !state.closed else { throw RemoteStoreError.unexpectedAnswer("the store is closed") }
@@ -116,8 +118,9 @@ extension Replica {
             throw RemoteStoreError.tooManyPendingWrites(RemoteCartStore.maxPendingWrites)
         }
         state.pending.append(write)
-        file?.addPending(write)
+        let saving = file.map { ($0, $0.addPending(write)) }
         tellPending(of: write.cartID, observers: observers)
+        return saving
     }
 
     /// What the sending task does now.

@@ -163,6 +163,8 @@ public final class RemoteCartStore: CartSource, CartWriter {
         for task in tasks { task.cancel() }
         sendPending.finish()
         for task in tasks { await task.value }
+        // What the replica's changes queued for the file: written by the time this returns.
+        await replica.file?.flush()
     }
 
     /// For an app going to the background: the writes not yet sent get up to `bound` to reach
@@ -380,7 +382,9 @@ extension RemoteCartStore {
         }
         let pending = PendingWrite(
             id: UUID().uuidString, cartID: cartID, write: write, expectedVersion: expectedVersion, madeAt: Date())
-        try replica.addPending(pending, observers: observers)
+        // Shown at once; then saved (synced) by the file's own thread while this call waits,
+        // its caller's thread free: the main thread never waits on the disk.
+        if let (file, number) = try replica.addPending(pending, observers: observers) { await file.synced(through: number) }
         sendPending.yield()
         return pending
     }

@@ -1,6 +1,7 @@
 import FanoutProtocol
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 
 /// What a `RemoteCartStore` made of its cache file when it opened.
 public enum ReplicaCacheState: Sendable, Hashable {
@@ -29,13 +30,40 @@ public enum CacheProblem: Sendable, Hashable {
 
 /// A `RemoteCartStore`'s replica in a SQLite file (GRDB): the carts it follows with the seq they
 /// reflect, the server's database identity, and the writes the server has not confirmed.
-/// Every change of the replica is saved before observers are told of it; a write made through
-/// the store is saved before the call returns, so a process killed at any moment restarts with
-/// what its observers were last told and every write it took.
-final class ReplicaFile: @unchecked Sendable {  // GRDB's queue serialises; the flag is behind the replica's lock.
+///
+/// Saved off the caller's thread: each change of the replica is queued, in order, and a thread
+/// of the file's own writes the queue in one transaction at a time (`drain`), so neither the
+/// app's main thread nor the replica's lock ever waits on the disk. What survives a process
+/// killed at any moment: a prefix of the replica's changes, each whole (a cart and the seq it
+/// reflects go together: the next start resumes after that seq and reads the rest again), and
+/// every write whose call had returned (a write taken is synced before its call returns,
+/// `addPending`).
+final class ReplicaFile: @unchecked Sendable {  // GRDB's queue serialises; the rest is behind `backlog`'s lock.
     private let queue: DatabaseQueue
-    /// Set when a save failed: the file is left alone from then on.
-    private(set) var failure: String?
+    /// Why a save failed: the file is left alone from then on.
+    private let failed = NIOLockedValueBox<String?>(nil)
+    var failure: String? { failed.withLockedValue { $0 } }
+
+    /// The changes queued for the file's thread, in order, numbered, with the callers waiting
+    /// for a synced one. At most `maxBacklog`: past it the caller writes the backlog itself, on
+    /// its thread, as it did before the file had a thread.
+    private struct Backlog {
+        var changes: [(Database) throws -> Void] = []
+        /// How many changes were ever queued, and written.
+        var queued = 0
+        var written = 0
+        /// A change queued since the last batch must be synced (a write taken).
+        var syncWanted = false
+        /// Callers waiting until the changes up to a number are written and synced.
+        var waiters: [(upTo: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        var draining = false
+    }
+    private let backlog = NIOLockedValueBox(Backlog())
+    /// Held by the one who writes a batch, from taking it to resuming its waiters: batches are
+    /// written in the order they were queued, whoever writes them.
+    private let writing = NIOLock()
+    private let writer = DispatchQueue(label: "fanout.replica-file")
+    static let maxBacklog = 4_096
 
     /// The replica a file held.
     struct Saved {
@@ -205,21 +233,30 @@ final class ReplicaFile: @unchecked Sendable {  // GRDB's queue serialises; the 
         }
     }
 
-    /// Saves a write taken, synced before the call that took it returns: it survives a power cut.
-    func addPending(_ write: PendingWrite) {
-        guard failure == nil else { return }
-        do {
-            try queue.writeWithoutTransaction { db in
-                try db.execute(sql: "PRAGMA synchronous = FULL")
-                defer { try? db.execute(sql: "PRAGMA synchronous = NORMAL") }
-                try db.inTransaction {
-                    try db.execute(
-                        sql: "INSERT INTO replica_pending(id, write) VALUES (?, ?)", arguments: [write.id, try Self.json(write)])
-                    return .commit
-                }
+    /// Queues a write taken, in order with the replica's other changes (under its lock), to be
+    /// synced; `synced(through:)` with the number returned waits for it.
+    func addPending(_ write: PendingWrite) -> Int {
+        let json = (try? Self.json(write)) ?? "null"
+        return enqueue(sync: true) { db in
+            try db.execute(sql: "INSERT INTO replica_pending(id, write) VALUES (?, ?)", arguments: [write.id, json])
+        }
+    }
+
+    /// Returns once every change queued so far is written.
+    func flush() async {
+        await synced(through: backlog.withLockedValue { $0.queued })
+    }
+
+    /// Returns once the changes up to `number` are written (and synced, for a write taken): the
+    /// caller's thread is free meanwhile.
+    func synced(through number: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = backlog.withLockedValue { backlog in
+                if backlog.written >= number || failure != nil { return true }
+                backlog.waiters.append((number, continuation))
+                return false
             }
-        } catch {
-            failure = "\(error)"
+            if done { continuation.resume() }
         }
     }
 
@@ -235,13 +272,70 @@ final class ReplicaFile: @unchecked Sendable {  // GRDB's queue serialises; the 
         }
     }
 
-    private func save(_ body: (Database) throws -> Void) {
-        guard failure == nil else { return }
-        do {
-            try queue.write(body)
-        } catch {
-            failure = "\(error)"
+    private func save(_ body: @escaping (Database) throws -> Void) {
+        enqueue(sync: false, body)
+    }
+
+    /// Queues `body` and returns its number. Starts the file's thread on the backlog if it is
+    /// idle; past `maxBacklog` changes, writes them here (the caller waits on the disk, as
+    /// before the file had a thread: the backlog stays bounded).
+    @discardableResult
+    private func enqueue(sync: Bool, _ body: @escaping (Database) throws -> Void) -> Int {
+        let (number, start, inline) = backlog.withLockedValue { backlog -> (Int, Bool, Bool) in
+            backlog.changes.append(body)
+            backlog.queued += 1
+            if sync { backlog.syncWanted = true }
+            let start = !backlog.draining
+            backlog.draining = true
+            return (backlog.queued, start, backlog.changes.count > Self.maxBacklog)
         }
+        if inline {
+            drain()
+        } else if start {
+            writer.async { self.drainAll() }
+        }
+        return number
+    }
+
+    /// Writes the backlog until it is empty, then lets the next change start the thread again.
+    private func drainAll() {
+        while drain() {}
+    }
+
+    /// Writes what is queued now in one transaction (synced when someone waits for it), and
+    /// resumes those waiting. Returns whether more came meanwhile.
+    @discardableResult
+    private func drain() -> Bool {
+        writing.lock()
+        defer { writing.unlock() }
+        let (changes, upTo, sync) = backlog.withLockedValue { backlog in
+            defer { (backlog.changes, backlog.syncWanted) = ([], false) }
+            return (backlog.changes, backlog.queued, backlog.syncWanted)
+        }
+        if !changes.isEmpty, failure == nil {
+            do {
+                try queue.writeWithoutTransaction { db in
+                    if sync { try db.execute(sql: "PRAGMA synchronous = FULL") }
+                    defer { if sync { try? db.execute(sql: "PRAGMA synchronous = NORMAL") } }
+                    try db.inTransaction {
+                        for change in changes { try change(db) }
+                        return .commit
+                    }
+                }
+            } catch {
+                failed.withLockedValue { $0 = $0 ?? "\(error)" }
+            }
+        }
+        let (ready, more) = backlog.withLockedValue { backlog in
+            backlog.written = max(backlog.written, upTo)
+            let written = backlog.written
+            let ready = backlog.waiters.filter { $0.upTo <= written }.map(\.continuation)
+            backlog.waiters.removeAll { $0.upTo <= written }
+            if backlog.changes.isEmpty { backlog.draining = false }
+            return (ready, !backlog.changes.isEmpty)
+        }
+        for waiter in ready { waiter.resume() }
+        return more
     }
 
     private static func setSeq(_ db: Database, _ seq: Int64) throws {

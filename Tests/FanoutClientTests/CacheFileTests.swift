@@ -177,6 +177,39 @@ struct CacheFileTests {
         await second.close()
     }
 
+    /// A write made on the main actor is shown at once and saved by the file's own thread: with
+    /// the file held by another connection (a disk that does not answer), the main actor goes on
+    /// (it sees the write pending) while the write's call waits; once the file answers, the call
+    /// returns and the write is in the file. (It was saved on the caller's thread: the main
+    /// thread waited on the disk, ~5 ms a write, up to the file's 5 s busy wait.)
+    @Test func theMainActorNeverWaitsForTheFile() async throws {
+        let (file, removeFile) = try Self.cacheFile()
+        defer { removeFile() }
+        let nowhere = URL(string: "http://127.0.0.1:1")!
+        let store = RemoteCartStore(server: nowhere, cacheFile: file)
+        // Another connection holding the file's write lock: a transaction left open on purpose.
+        var holding = Configuration()
+        holding.allowsUnsafeTransactions = true
+        let holder = try DatabaseQueue(path: file.path, configuration: holding)
+        try holder.inDatabase { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+        let returned = NIOLockedValueBox(false)
+        let writing = Task { @MainActor in
+            let write = try await store.addItem("s", quantity: 1, unitPriceCents: 1, to: "c")
+            returned.withLockedValue { $0 = true }
+            return write
+        }
+        // The main actor runs while the write's call, made on it, waits for the file.
+        await eventually("the write taken and shown, on the main actor") { await MainActor.run { store.pendingWrites.count == 1 } }
+        #expect(!returned.withLockedValue { $0 }, "the call waits until the write is saved")
+        try holder.inDatabase { db in try db.execute(sql: "COMMIT") }
+        let write = try await writing.value
+        #expect(returned.withLockedValue { $0 })
+        await store.close()
+        let reopened = RemoteCartStore(server: nowhere, cacheFile: file)
+        #expect(reopened.pendingWrites.map(\.id) == [write.id], "saved by the time the call returned")
+        await reopened.close()
+    }
+
     @Test func writesTakenOfflineSurviveTheAppAndReachTheServerOnceInOrder() async throws {
         let (file, removeFile) = try Self.cacheFile()
         defer { removeFile() }

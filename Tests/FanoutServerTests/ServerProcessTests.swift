@@ -56,6 +56,42 @@ struct ServerProcessTests {
         for writer in writers { await writer.value }
     }
 
+    /// A client that sent a request's head and stopped, and one that connected and said nothing,
+    /// do not hold a shutdown: the first is answered 503 `shutting_down` after a moment's grace
+    /// for its body, the other is closed. (The server waited for the body for `bodyTimeout`, 30 s,
+    /// and answered 408: it was how a loaded test run saw SIGINT take 30 s.)
+    @Test func aHalfSentRequestAndASilentConnectionDoNotHoldTheShutdown() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "fanout-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = try await ServerProcess(arguments: ["--port", "0", "--db", directory.appending(path: "db.sqlite").path])
+        let port = server.port
+        let head = "POST /carts/a/items HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n"
+        // Counted before the two connect (a scrape's own connection is kept alive, and counted).
+        _ = await Self.openFiles(port: port)
+        let before = try #require(await Self.openFiles(port: port))
+        let halfSent = Task { try await RawHTTP.exchange(port: port, Array(head.utf8), timeout: 60) }
+        let silent = Task { try await RawHTTP.exchange(port: port, [], timeout: 60) }
+        // Both accepted (the server's descriptors count them) before the signal.
+        await eventually("both connections accepted") { (await Self.openFiles(port: port) ?? 0) >= before + 2 }
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit(timeout: .seconds(20)) == 0, "exited well before the 30 s body timeout")
+        let answer = try await halfSent.value
+        #expect(answer.status != 408, "not held until its body timed out: \(answer.text)")
+        if answer.status != nil {
+            #expect(answer.status == 503 && answer.text.contains("shutting_down"), "\(answer.text)")
+        }
+        let quiet = try await silent.value
+        #expect(quiet.closed && quiet.text.isEmpty, "closed, nothing said: \(quiet.text)")
+    }
+
+    /// `process_open_fds` from `/metrics`.
+    static func openFiles(port: Int) async -> Double? {
+        guard let (data, _) = try? await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/metrics")!) else { return nil }
+        let line = String(decoding: data, as: UTF8.self).split(separator: "\n").first { $0.hasPrefix("process_open_fds ") }
+        return line.flatMap { Double($0.split(separator: " ").last ?? "") }
+    }
+
     /// PROTOCOL.md: a server shutting down answers waiting requests at once. A parked long-poll
     /// is a request in flight, which the HTTP server waits for: it used to hold SIGTERM for the
     /// poll's whole wait (60 s here).

@@ -45,6 +45,12 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// A response has started and not ended: a parse error can then only close.
     private var responding = false
     private var failed = false
+    /// The server is shutting down (`ChannelShouldQuiesceEvent`): a body still arriving gets
+    /// `quiesceGrace`, not `bodyTimeout`, before the request is refused.
+    private var quiescing = false
+    /// How long a body still arriving when the server starts shutting down may take: a client
+    /// that stopped sending must not hold the shutdown for `bodyTimeout` (30 s).
+    static let quiesceGrace = TimeAmount.seconds(1)
     /// The current request's body is still arriving.
     private var readingBody = false
     /// The current request said `Connection: close`.
@@ -99,6 +105,29 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelRead(data)
     }
 
+    /// At shutdown: a connection that never sent a request is closed (nothing was asked); one
+    /// whose request's body is still arriving gets `quiesceGrace` to finish it, then 503
+    /// `shutting_down`. Requests read whole finish as usual (Hummingbird closes the connection
+    /// after their answer).
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent, !quiescing {
+            quiescing = true
+            if firstRequest == nil, !readingBody {
+                context.close(promise: nil)
+                return
+            }
+            if readingBody, !failed {
+                bodyDeadline?.cancel()
+                let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+                let loopContext = NIOLoopBound(context, eventLoop: context.eventLoop)
+                bodyDeadline = context.eventLoop.scheduleTask(in: Self.quiesceGrace) {
+                    handler.value.bodyTimedOut(context: loopContext.value)
+                }
+            }
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
     func handlerRemoved(context: ChannelHandlerContext) {
         bodyDeadline?.cancel()
     }
@@ -113,6 +142,8 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
         if draining || responding || answeredBeforeBody {
             // Answered already (or answering): nothing more to say.
             context.close(promise: nil)
+        } else if quiescing {
+            refuse(context: context, with: APIError(.shuttingDown, "the server is shutting down, and the request's body had not arrived"))
         } else {
             refuse(
                 context: context,
@@ -122,7 +153,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        if readingBody, bodyDeadline == nil, !failed {
+        if readingBody, bodyDeadline == nil, !failed, !quiescing {
             let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
             let loopContext = NIOLoopBound(context, eventLoop: context.eventLoop)
             bodyDeadline = context.eventLoop.scheduleTask(in: bodyTimeout) {
