@@ -1,4 +1,4 @@
-// swift-tools-version:6.1
+// swift-tools-version:6.2
 import PackageDescription
 
 /// A product that only the server, its tools and tests use: resolved only under the trait
@@ -251,6 +251,13 @@ let package = Package(
         .testTarget(
             name: "AppTests",
             dependencies: ["FanoutClient", "CartStore", "FanoutTestSupport", "FanoutServer"]
+        ),
+        // The same, as Xcode 26's app template builds an app: the main actor as default
+        // isolation (Swift 6.2's approachable concurrency), and still nothing added.
+        .testTarget(
+            name: "AppDefaultIsolationTests",
+            dependencies: ["FanoutClient", "CartStore"],
+            swiftSettings: [.defaultIsolation(MainActor.self)]
         ),
         .testTarget(
             name: "FanoutServerTests",

@@ -1,0 +1,1 @@
+../FanoutClientTests/DocumentedExamples.swift
