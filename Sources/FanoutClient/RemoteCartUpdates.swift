@@ -17,6 +17,15 @@ public enum RemoteCartUpdate: Sendable {
     /// The presence of a cart changed (a store made with presence): its members now, and what
     /// changed.
     case presence(cartID: String, members: [PresenceMember], change: PresenceChange)
+    /// The carts asked for, as the cache file held them (`RemoteCartStore(cacheFile:)`), before
+    /// any network: the first element about the carts on a cold start; `loaded` or events follow
+    /// once the server is reached.
+    case loadedFromCache([Cart])
+    /// The writes of a cart not yet confirmed changed (one made, confirmed or rolled back): all
+    /// of them, in order, and the cart as it shows with them.
+    case pending([PendingWrite], showing: Cart)
+    /// The server refused a write for good: it was rolled back (a `pending` without it follows).
+    case rejected(PendingWrite, RemoteStoreError)
 }
 
 extension RemoteCartStore {
@@ -73,6 +82,13 @@ final class UpdateBuffer: CartObserver {
     }
 
     func cartSource(_ source: any CartSource, didLoad carts: [Cart]) { push(.loaded(carts), source) }
+    func cartSource(_ source: any CartSource, didLoadFromCache carts: [Cart]) { push(.loadedFromCache(carts), source) }
+    func cartSource(_ source: any CartSource, didChangePending pending: [PendingWrite], showing cart: Cart) {
+        push(.pending(pending, showing: cart), source)
+    }
+    func cartSource(_ source: any CartSource, didReject write: PendingWrite, because error: RemoteStoreError) {
+        push(.rejected(write, error), source)
+    }
     func cartSource(_ source: any CartSource, didApply event: CartEvent, to cart: Cart) { push(.applied(event, cart), source) }
     func cartSource(_ source: any CartSource, didResync carts: [Cart], because reason: ResyncReason) {
         push(.resynced(carts, reason), source)

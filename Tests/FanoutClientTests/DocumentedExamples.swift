@@ -62,4 +62,22 @@ enum DocumentedExamples {
         }
         // README block ends
     }
+
+    /// Never called: it needs a server. "Working offline"'s first block.
+    @MainActor static func workingOfflineExample(serverURL: URL, credentials: Credentials) async throws {
+        // Working offline block begins
+        let support = try FileManager.default.url(for: .applicationSupportDirectory, in: .userDomainMask, appropriateFor: nil, create: true)
+        let store = RemoteCartStore(server: serverURL, credentials: credentials, cacheFile: support.appending(path: "carts.sqlite"))
+        let basket = ObservedCarts(store, carts: .only(["alice"]))  // the cached cart at once
+
+        let write = try await store.addItem("apple", quantity: 2, unitPriceCents: 50, to: "alice")
+        // basket.cart shows the apples now; basket.pending["alice"] holds the write.
+        switch await store.outcome(of: write) {
+        case .confirmed(let seq): await store.applied(through: seq)  // read your write
+        case .rejected(let error): print(error)  // rolled back, and why
+        case .unknown: break
+        }
+        // Working offline block ends
+        _ = basket
+    }
 }

@@ -39,4 +39,20 @@ struct ReadmeClientExampleTests {
             .map { $0.hasPrefix("        ") ? String($0.dropFirst(8)) : String($0) }.joined(separator: "\n")
         #expect(block == head + unindented.trimmingCharacters(in: .newlines))
     }
+
+    /// "Working offline" opens with a block compiled there too (it named
+    /// `URL.applicationSupportDirectory`, which Linux's Foundation does not have).
+    @Test func theWorkingOfflineBlockIsTheCompiledOne() throws {
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let article = try String(
+            contentsOf: repository.appending(path: "Sources/FanoutClient/FanoutClient.docc/WorkingOffline.md"), encoding: .utf8)
+        let block = article.components(separatedBy: "```swift\n").dropFirst().first?.components(separatedBy: "\n```")[0]
+        let source = try String(contentsOf: DocumentedExamples.file, encoding: .utf8)
+        let compiled = source.components(separatedBy: "        // Working offline block begins\n")[1]
+            .components(separatedBy: "        // Working offline block ends")[0]
+        let unindented = compiled.split(separator: "\n", omittingEmptySubsequences: false)
+            .map { $0.hasPrefix("        ") ? String($0.dropFirst(8)) : String($0) }.joined(separator: "\n")
+        #expect(block == unindented.trimmingCharacters(in: .newlines))
+    }
 }

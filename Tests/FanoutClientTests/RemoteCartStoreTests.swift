@@ -360,4 +360,48 @@ struct RemoteCartStoreTests {
         #expect(event.version == (resynced.first?.version ?? 0) + 1, "the events after the summary follow it with no gap")
         #expect(cart.version == 11)
     }
+
+    /// The `updates` sequence carries what an observer is told of writes and of the cache: a
+    /// write shown pending then confirmed, a refused one rolled back with the server's error,
+    /// and on a cold start the cached carts first.
+    @Test func updatesCarryPendingWritesRejectionsAndTheCachesLoad() async throws {
+        let server = try await ServerUnderTest()
+        await server.add("a", "seed")
+        let (file, removeFile) = try CacheFileTests.cacheFile()
+        defer { removeFile() }
+        let store = RemoteCartStore(server: server.url, cacheFile: file)
+        var updates = store.updates(of: .only(["a"])).makeAsyncIterator()
+        func next(where wanted: (RemoteCartUpdate) -> Bool) async -> RemoteCartUpdate? {
+            while let update = await updates.next() {
+                if wanted(update) { return update }
+            }
+            return nil
+        }
+        _ = await next { if case .loaded = $0 { true } else { false } }
+        let write = try await store.addItem("pear", quantity: 1, unitPriceCents: 5, to: "a")
+        guard case .pending(let pending, let showing) = await next(where: { if case .pending = $0 { true } else { false } }) else {
+            Issue.record("no pending update")
+            return
+        }
+        #expect(pending.map(\.id) == [write.id] && showing.items.map(\.sku) == ["seed", "pear"], "shown at once")
+        let refused = try await store.removeItem("durian", from: "a")
+        guard case .rejected(let rolledBack, let error) = await next(where: { if case .rejected = $0 { true } else { false } }) else {
+            Issue.record("no rejection")
+            return
+        }
+        #expect(rolledBack == refused && error.code == .itemNotFound)
+        await store.close()
+
+        let again = RemoteCartStore(server: server.url, cacheFile: file)
+        var restarted = again.updates(of: .only(["a"])).makeAsyncIterator()
+        var first = await restarted.next()
+        while case .connection = first { first = await restarted.next() }
+        guard case .loadedFromCache(let cached) = first else {
+            Issue.record("first on a cold start: \(String(describing: first))")
+            return
+        }
+        #expect(cached.first?.items.map(\.sku) == ["seed", "pear"], "the cache's carts, before any network")
+        await again.close()
+        await server.stop()
+    }
 }
