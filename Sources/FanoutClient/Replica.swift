@@ -70,7 +70,7 @@ package final class Replica: @unchecked Sendable {
     /// Wakes the subscription's loop to plan again (`RemoteCartStore` runs it with these).
     let wakeUps = WakeUps()
     /// Where the replica is kept between runs, if anywhere (set before the store's tasks start).
-    private(set) var file: ReplicaFile?
+    package private(set) var file: ReplicaFile?
     private(set) var openedCache = ReplicaCacheState.none
     let store = NIOLockedValueBox(WeakStore())
 

@@ -38,7 +38,7 @@ public enum CacheProblem: Sendable, Hashable {
 /// reflects go together: the next start resumes after that seq and reads the rest again), and
 /// every write whose call had returned (a write taken is synced before its call returns,
 /// `addPending`).
-final class ReplicaFile: @unchecked Sendable {  // GRDB's queue serialises; the rest is behind `backlog`'s lock.
+package final class ReplicaFile: @unchecked Sendable {  // GRDB's queue serialises; the rest is behind `backlog`'s lock.
     private let queue: DatabaseQueue
     /// Why a save failed: the file is left alone from then on.
     private let failed = NIOLockedValueBox<String?>(nil)
@@ -243,7 +243,7 @@ final class ReplicaFile: @unchecked Sendable {  // GRDB's queue serialises; the 
     }
 
     /// Returns once every change queued so far is written.
-    func flush() async {
+    package func flush() async {
         await synced(through: backlog.withLockedValue { $0.queued })
     }
 

@@ -138,18 +138,68 @@ do {
 for cached in [false, true] {
     let log = events(2_000, carts: 50)
     let counter = Counting()
-    let perEvent = try await best(log.count) {
+    /// A store with one observer, planned as its subscription plans (untimed).
+    func store() async throws -> RemoteCartStore {
         let file = cacheFolder.appendingPathComponent("events-\(UUID().uuidString).sqlite")
         let store = RemoteCartStore(server: nowhere, cacheFile: cached ? file : nil)
         store.observers.add(counter)
         _ = try await store.replica.plan(for: store.observers, api: store.server)
         return store
-    } _: { store in
+    }
+    let perEvent = try await best(log.count, prepare: store) { store in
         try store.replica.take(.snapshot(CartSnapshot(carts: [], seq: 0), reason: .initial), observers: store.observers)
         for event in log { try store.replica.take(.event(event, raw: ""), observers: store.observers) }
     }
-    print("replica with one observer, \(cached ? "with" : "without") a cache file: \(String(format: "%.0f", perEvent)) ns per event")
+    // The same, until the file has every event too (its thread's work included).
+    let written = try await best(log.count, prepare: store) { store in
+        try store.replica.take(.snapshot(CartSnapshot(carts: [], seq: 0), reason: .initial), observers: store.observers)
+        for event in log { try store.replica.take(.event(event, raw: ""), observers: store.observers) }
+        let flushed = DispatchSemaphore(value: 0)
+        Task {
+            await store.replica.file?.flush()
+            flushed.signal()
+        }
+        flushed.wait()
+    }
+    print(
+        "replica with one observer, \(cached ? "with" : "without") a cache file: \(String(format: "%.0f", perEvent)) ns per event applied, "
+            + "\(String(format: "%.0f", written)) ns per event written (\(String(format: "%.0f", 1e9 / written)) events/s)")
     withExtendedLifetime(counter) {}
+}
+
+// Writes through a store with a cache file (nothing listens at the server's address: each write
+// stays pending, as offline): each `addItem` call's time, from the call to its return (taken,
+// shown to observers, synced to the file by the file's own thread while the caller's thread is
+// free), one caller at a time and 16 at once (their syncs share a transaction).
+for callers in [1, 16] {
+    let file = cacheFolder.appendingPathComponent("writes-\(UUID().uuidString).sqlite")
+    let store = RemoteCartStore(server: nowhere, cacheFile: file)
+    let perCaller = 960 / callers
+    let started = ContinuousClock.now
+    let times = try await withThrowingTaskGroup(of: [Double].self) { group in
+        for caller in 0..<callers {
+            group.addTask {
+                var times: [Double] = []
+                for index in 0..<perCaller {
+                    let start = ContinuousClock.now
+                    _ = try await store.addItem("s\(index % 50)", quantity: 1, unitPriceCents: 1, to: "w\(caller)")
+                    let took = ContinuousClock.now - start
+                    times.append(Double(took.components.seconds) * 1e3 + Double(took.components.attoseconds) / 1e15)
+                }
+                return times
+            }
+        }
+        var all: [Double] = []
+        for try await part in group { all += part }
+        return all.sorted()
+    }
+    let total = ContinuousClock.now - started
+    let seconds = Double(total.components.seconds) + Double(total.components.attoseconds) / 1e18
+    print(
+        "addItem with a cache file, \(callers) caller\(callers == 1 ? "" : "s"): p50 \(String(format: "%.2f", times[times.count / 2])) ms, "
+            + "p99 \(String(format: "%.2f", times[times.count * 99 / 100])) ms, \(String(format: "%.0f", Double(times.count) / seconds)) writes/s"
+    )
+    await store.close()
 }
 
 var coldStarts: [Double] = []
