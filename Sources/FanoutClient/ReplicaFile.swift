@@ -236,9 +236,10 @@ package final class ReplicaFile: @unchecked Sendable {  // GRDB's queue serialis
     /// Queues a write taken, in order with the replica's other changes (under its lock), to be
     /// synced; `synced(through:)` with the number returned waits for it.
     func addPending(_ write: PendingWrite) -> Int {
-        let json = (try? Self.json(write)) ?? "null"
-        return enqueue(sync: true) { db in
-            try db.execute(sql: "INSERT INTO replica_pending(id, write) VALUES (?, ?)", arguments: [write.id, json])
+        // Encoded in the batch, as every change: a failure fails the file (`failure`), never a
+        // row the next start could not read (which would discard the other pending writes).
+        enqueue(sync: true) { db in
+            try db.execute(sql: "INSERT INTO replica_pending(id, write) VALUES (?, ?)", arguments: [write.id, try Self.json(write)])
         }
     }
 

@@ -351,10 +351,15 @@ final class FanoutHub: CartStoreObserver {
     /// `stats`, with `behindBy` read from the database.
     func statsWithLag() async -> Stats {
         var stats = self.stats
-        if let newest = try? await store.latestSeq() {
-            stats.behindBy = max(0, newest - stats.latestSeq)
-        }
+        stats.behindBy = await behindBy(delivered: stats.latestSeq)
         return stats
+    }
+
+    /// How many committed events this server has not yet delivered (the database's newest seq
+    /// minus `delivered`, by default the hub's); nil when the database could not be read.
+    func behindBy(delivered: Int64? = nil) async -> Int64? {
+        let delivered = delivered ?? latestSeq
+        return (try? await store.latestSeq()).map { max(0, $0 - delivered) }
     }
 }
 

@@ -10,7 +10,7 @@ struct MetricsController: Sendable {
             metrics.hub.show(
                 hub.figures, waitingChanges: hub.store.waitingChanges,
                 gauges: .init(
-                    behindBy: await hub.statsWithLag().behindBy, presenceMembers: hub.presence.memberCounts(),
+                    behindBy: await hub.behindBy(), presenceMembers: hub.presence.memberCounts(),
                     idempotencyKeys: metrics.idempotencyKeys.withLockedValue { $0 }))
             metrics.process.update()
             return Response(
