@@ -73,7 +73,11 @@ let package = Package(
         // The cart value types and the wire messages, shared by the store, server and client.
         .target(name: "FanoutProtocol"),
         // The weak observer set (the multicast delegate) that CartStore and FanoutClient share.
-        .target(name: "WeakObservers", dependencies: [.product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
+        .target(
+            name: "WeakObservers",
+            dependencies: [
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"), .product(name: "DequeModule", package: "swift-collections"),
+            ]),
         // A remote cart store: a live replica of a fanout-server's carts, observed like a
         // CartStore, kept in a file if asked. Foundation, SwiftNIO and GRDB only, so that apps on
         // every platform can import it.
@@ -237,7 +241,7 @@ let package = Package(
         .testTarget(
             name: "FanoutClientTests",
             dependencies: [
-                "FanoutClient", "fanout-client", "FanoutTestSupport", "FanoutServer", "CartStore",
+                "FanoutClient", "fanout-client", "FanoutTestSupport", "FanoutServer", "CartStore", "WeakObservers",
                 serverOnly("Clocks", "swift-clocks"),
                 // A cache file held by another connection (`CacheFileTests`).
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -111,21 +111,21 @@ extension Replica {
     /// Queued to the file in order with the replica's other changes; returns the file and the
     /// change's number, to wait (outside the lock) until it is synced.
     func addPending(_ write: PendingWrite, observers: RemoteCartStore.Observers) throws(RemoteStoreError) -> (ReplicaFile, Int)? {
-        lock.lock()
-        defer { lock.unlock() }
-        guard !state.closed else { throw RemoteStoreError.unexpectedAnswer("the store is closed") }
-        guard state.pending.count < RemoteCartStore.maxPendingWrites else {
-            throw RemoteStoreError.tooManyPendingWrites(RemoteCartStore.maxPendingWrites)
+        try withLock { () throws(RemoteStoreError) in
+            guard !state.closed else { throw RemoteStoreError.unexpectedAnswer("the store is closed") }
+            guard state.pending.count < RemoteCartStore.maxPendingWrites else {
+                throw RemoteStoreError.tooManyPendingWrites(RemoteCartStore.maxPendingWrites)
+            }
+            state.pending.append(write)
+            let saving = file.map { ($0, $0.addPending(write)) }
+            tellPending(of: write.cartID, observers: observers)
+            return saving
         }
-        state.pending.append(write)
-        let saving = file.map { ($0, $0.addPending(write)) }
-        tellPending(of: write.cartID, observers: observers)
-        return saving
     }
 
     /// What the sending task does now.
     func sending(_ sending: WriteSending) {
-        lock.withLock { state.pending.sending = sending }
+        withLock { state.pending.sending = sending }
     }
 
     /// The next write to send, in the order they were made.
@@ -136,7 +136,7 @@ extension Replica {
     /// The server committed `id` as `seq`. It stays shown on top of the confirmed cart until
     /// the replica applies that seq, unless the replica does not follow the cart.
     func answered(_ id: String, seq: Int64, observers: RemoteCartStore.Observers) {
-        lock.withLock {
+        withLock {
             guard let write = state.pending.answer(id, seq: seq) else { return }
             let followed = state.loaded && state.covered?.contains(write.cartID) == true
             if !followed || state.seq >= seq {
@@ -148,7 +148,7 @@ extension Replica {
 
     /// The server refused `id` for good: rolled back, its observers told.
     func rejected(_ id: String, because error: RemoteStoreError, observers: RemoteCartStore.Observers) {
-        lock.withLock {
+        withLock {
             guard let write = state.pending.end(id, .rejected(error)) else { return }
             if !state.closed, let store = store.withLockedValue(\.store) {
                 observers.registry.notify(where: { $0.isLoaded && $0.selection.contains(write.cartID) }) { observer, _ in
@@ -198,7 +198,7 @@ extension Replica {
     /// Waits for what becomes of write `id`.
     func outcome(of id: String) async -> WriteOutcome {
         await withCheckedContinuation { continuation in
-            lock.withLock {
+            withLock {
                 if let known = state.pending.outcome(of: id) {
                     continuation.resume(returning: known)
                 } else if state.closed {
@@ -213,7 +213,7 @@ extension Replica {
     /// Waits until the replica has applied every event up to `seq` (or the store closed).
     func applied(through seq: Int64) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            lock.withLock {
+            withLock {
                 if state.closed || (state.loaded && state.seq >= seq) {
                     continuation.resume()
                 } else {

@@ -44,6 +44,9 @@ public final class RemoteCartStore: CartSource, CartWriter {
     /// Wakes the task that sends pending writes (at most one wake-up waits).
     private let sendPending: AsyncStream<Void>.Continuation
     private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
+    /// Opens the cache file (`Replica.restore`); nil without one. The subscription and every
+    /// write wait for it.
+    private let opening: Task<Void, Never>?
     /// The store's own waits are measured on it (see `init`).
     private let clock: any Clock<Duration>
     #if canImport(Network)
@@ -61,9 +64,11 @@ public final class RemoteCartStore: CartSource, CartWriter {
     ///     observer's store leaves its carts' presence within a second).
     ///   - cacheFile: a file to keep the replica in between runs (SQLite; made if missing):
     ///     the carts followed and their seq, the server database's identity, and the writes not
-    ///     yet confirmed. Restored from it, observers get the carts at once
-    ///     (`didLoadFromCache`) and the store resumes after their seq; a file of another server
-    ///     or database, or one that cannot be read, is started anew (`cacheState` says why).
+    ///     yet confirmed. It is opened and read off the caller's thread (the store connects,
+    ///     and takes writes, once it is: `cacheFileOpened()`); restored from it, observers get
+    ///     the carts before any network (`didLoadFromCache`) and the store resumes after their
+    ///     seq; a file of another server or database, or one that cannot be read, is started
+    ///     anew (`cacheState` says why).
     ///   - pendingWriteLifetime: how long a write may wait for the server: one not confirmed by
     ///     then is rejected with `RemoteStoreError.pendingWriteExpired` (rolled back,
     ///     `didReject`) instead of being sent again. 23 hours: inside the server's default
@@ -101,14 +106,20 @@ public final class RemoteCartStore: CartSource, CartWriter {
         self.sendPending = sendPending
         let observers = Observers(replica: replica)
         self.observers = observers
-        replica.store.withLockedValue { $0 = WeakStore(store: self) }
-        let restoredPending = cacheFile.map { self.replica.restore(from: $0, server: server) } ?? false
-        if restoredPending { sendPending.yield() }
         let replica = replica
+        let opening = cacheFile.map { cacheFile in
+            replica.openedCache = .opening
+            return Task {
+                if await replica.restore(from: cacheFile, server: server, observers: observers) { sendPending.yield() }
+            }
+        }
+        self.opening = opening
+        replica.store.withLockedValue { $0 = WeakStore(store: self) }
         let subscription = subscription
         let api = self.server
         let presenceKey = presenceKey
         let run = Task<Void, Never> {
+            await opening?.value
             _ = try? await subscription.run(
                 plan: {
                     guard var plan = try await replica.plan(for: observers, api: api) else { return nil }
@@ -119,7 +130,12 @@ public final class RemoteCartStore: CartSource, CartWriter {
                     return plan
                 },
                 wakeUps: replica.wakeUps, presenceStates: presenceStates, clock: clock,
-                handle: { update in try replica.take(update, observers: observers) })
+                handle: { update in
+                    try replica.take(update, observers: observers)
+                    // An observer without a queue far behind (`DeferredCalls.limit` calls): the
+                    // connection waits for it, as it would have if it had been called at once.
+                    await replica.calls.room()
+                })
         }
         let send = Task<Void, Never> {
             for await _ in wakeUps {
@@ -133,7 +149,7 @@ public final class RemoteCartStore: CartSource, CartWriter {
                 replica.reconsider(observers)
             }
         }
-        tasks.withLockedValue { $0 = [run, sweep, send] }
+        tasks.withLockedValue { $0 = [run, sweep, send] + (opening.map { [$0] } ?? []) }
         #if canImport(Network)
             networkPath = NetworkPathWatch { [replica] in replica.retryNow() }
         #endif
@@ -248,9 +264,18 @@ public final class RemoteCartStore: CartSource, CartWriter {
         replica.read(\.connection)
     }
 
-    /// What the store made of its cache file (`cacheFile`), and whether saving to it works.
+    /// What the store made of its cache file (`cacheFile`), and whether saving to it works;
+    /// `.opening` while the file is being read.
     public var cacheState: ReplicaCacheState {
         replica.cacheState
+    }
+
+    /// Waits until the cache file is open and read (at once for a store without one, `.none`),
+    /// and returns what the store made of it. The store never reads it on the caller's thread.
+    @discardableResult
+    public func cacheFileOpened() async -> ReplicaCacheState {
+        await opening?.value
+        return replica.cacheState
     }
 
     /// Whether the carts held are those of the cache file, the server not reached since.
@@ -380,6 +405,8 @@ extension RemoteCartStore {
             try write.check()
             try CartLimits.checkCartID(cartID)
         }
+        // After the writes the cache file held, and saved to it.
+        await opening?.value
         let pending = PendingWrite(
             id: UUID().uuidString, cartID: cartID, write: write, expectedVersion: expectedVersion, madeAt: Date())
         // Shown at once; then saved (synced) by the file's own thread while this call waits,
@@ -462,11 +489,12 @@ extension RemoteCartStore {
     /// The weak observers of a `RemoteCartStore`, each with the carts it wants: `CartObserver`s,
     /// as a `CartStore`'s are.
     public final class Observers: CartObserverSet {
-        let registry = WeakObserverSet<WeakRemoteCartObserver>()
+        let registry: WeakObserverSet<WeakRemoteCartObserver>
         private let replica: Replica
 
         init(replica: Replica) {
             self.replica = replica
+            registry = WeakObserverSet(deferringCallsTo: replica.calls)
         }
 
         /// Adds `observer`, held weakly, for `carts`. If the replica holds them it is told their
@@ -476,8 +504,9 @@ extension RemoteCartStore {
         /// - Parameters:
         ///   - observer: held weakly.
         ///   - carts: the carts it wants: `.only([...])`, or `.all`.
-        ///   - queue: a serial queue to call it on, in order; `nil` calls it on the store's
-        ///     receiving task.
+        ///   - queue: a serial queue to call it on, in order; `nil` calls it on the thread
+        ///     that made the change (the store's receiving task, mostly), never under the
+        ///     store's lock: it may read the store and add or remove observers.
         public func add(_ observer: any CartObserver, carts: CartSelection, queue: DispatchQueue?) {
             let interest = ObserverInterest(carts)
             replica.admit(self) {

@@ -69,6 +69,8 @@ final class UpdateBuffer: CartObserver {
         var waiter: CheckedContinuation<RemoteCartUpdate?, Never>?
         /// The store was closed: once the updates waiting are taken, the sequence ends.
         var finished = false
+        /// The carts as of the last update pushed: what a `fellBehind` resync gives.
+        var carts: [String: Cart] = [:]
         var count: Int { items.count - head }
     }
 
@@ -104,26 +106,28 @@ final class UpdateBuffer: CartObserver {
         push(.presence(cartID: cartID, members: members, change: change), source)
     }
 
-    /// Called on the store's receiving task, under the replica's lock: the carts read for a
-    /// `fellBehind` are those after the update being pushed.
+    /// Called in the order the store decided its updates (on its receiving task, mostly): the
+    /// carts of a `fellBehind` resync are those after the update being pushed, kept here, not
+    /// read from the store (which may be further on, its later updates still to come).
     private func push(_ update: RemoteCartUpdate, _ source: any CartSource) {
-        let overflowing = state.withLockedValue { state -> Bool in
+        state.withLockedValue { state in
+            switch update {
+            case .loaded(let carts), .loadedFromCache(let carts), .resynced(let carts, _):
+                state.carts = Dictionary(carts.map { ($0.id, $0) }, uniquingKeysWith: { _, last in last })
+            case .applied(_, let cart):
+                state.carts[cart.id] = cart
+            default:
+                break
+            }
             if let waiter = state.waiter {
                 state.waiter = nil
                 waiter.resume(returning: update)
-                return false
-            }
-            guard state.count >= limit else {
+            } else if state.count < limit {
                 state.items.append(update)
-                return false
+            } else {
+                state.items = [.resynced(selection.carts(in: state.carts), .fellBehind)]
+                state.head = 0
             }
-            return true
-        }
-        guard overflowing, let store = source as? RemoteCartStore else { return }
-        let carts = store.replica.read { Replica.carts(of: selection, in: $0.carts) }
-        state.withLockedValue { state in
-            state.items = [.resynced(carts, .fellBehind)]
-            state.head = 0
         }
     }
 

@@ -5,10 +5,12 @@ import WeakObservers
 
 /// The carts a `RemoteCartStore` holds, and what it tells its observers as they change.
 ///
-/// One lock (recursive: an observer called without a queue runs under it and may read the
-/// store, or add and remove observers) makes "apply a message, then notify" one step, and
-/// "add an observer, then tell it the state" another: an observer added at any moment gets the
-/// state, then exactly the later events.
+/// One lock makes "apply a message, then decide whom to tell what" one step, and "add an
+/// observer, then decide to tell it the state" another: an observer added at any moment gets
+/// the state, then exactly the later events. No observer's code runs under it: what is decided
+/// is dispatched to the observers' queues, or, for those without one, appended to `calls` and
+/// made once the lock is released (`withLock`), in the order decided. The lock is recursive
+/// for the replica's own nested steps (a plan's reads, `debugDescription`).
 ///
 /// `package`: `fanout-client-bench` drives a store's replica through the steps its subscription
 /// takes (`plan`, then `take` for each update), to time them without a network in between.
@@ -63,24 +65,34 @@ package final class Replica: @unchecked Sendable {
         let at: ContinuousClock.Instant
     }
 
-    let lock = NSRecursiveLock()
+    private let lock = NSRecursiveLock()
+    /// How deep the thread holding `lock` is in `withLock`: the outermost makes the calls.
+    private var depth = 0
     var state = State()
+    /// The observers' calls decided under the lock, made after it (`DeferredCalls`).
+    let calls = DeferredCalls()
     /// What the subscription's loop does against what the observers want (under the lock).
     private(set) var demand = SubscriptionDemand()
     /// Wakes the subscription's loop to plan again (`RemoteCartStore` runs it with these).
     let wakeUps = WakeUps()
     /// Where the replica is kept between runs, if anywhere (set before the store's tasks start).
     package private(set) var file: ReplicaFile?
-    private(set) var openedCache = ReplicaCacheState.none
+    /// What the store made of its cache file: `.opening` until `restore` has read it.
+    var openedCache = ReplicaCacheState.none
     let store = NIOLockedValueBox(WeakStore())
 
-    /// Opens the cache file and restores what it holds, before the store's tasks start: the
-    /// carts (observers are told them at once, `didLoadFromCache`), their seq (the store resumes
-    /// after it) and the writes still pending (sent again, with their keys). Returns whether any
-    /// write is pending.
-    func restore(from url: URL, server: URL) -> Bool {
-        lock.withLock {
-            let (file, saved, cacheState) = ReplicaFile.open(url, server: server)
+    /// Opens the cache file and restores what it holds, before the store connects or takes a
+    /// write: the carts (the observers added meanwhile are told them, `didLoadFromCache`), their
+    /// seq (the store resumes after it) and the writes still pending (sent again, with their
+    /// keys, before any later one). Returns whether any write is pending.
+    ///
+    /// On a thread of its own, never the caller's nor Swift concurrency's: opening may wait for
+    /// another connection to let go of the file (its busy timeout), and reads every cart.
+    func restore(from url: URL, server: URL, observers: RemoteCartStore.Observers) async -> Bool {
+        let (file, saved, cacheState) = await withCheckedContinuation { opened in
+            Thread.detachNewThread { opened.resume(returning: ReplicaFile.open(url, server: server)) }
+        }
+        return withLock {
             self.file = file
             openedCache = cacheState
             guard let saved else { return false }
@@ -93,26 +105,40 @@ package final class Replica: @unchecked Sendable {
                 state.fromCache = true
             }
             for write in saved.pending { state.pending.append(write) }
+            greetWaiting(observers)
             return !saved.pending.isEmpty
         }
     }
 
     /// What the store made of its cache file, and whether saving to it still works.
     var cacheState: ReplicaCacheState {
-        lock.withLock { file?.failure.map { .failing($0) } ?? openedCache }
+        withLock { file?.failure.map { .failing($0) } ?? openedCache }
+    }
+
+    /// Runs `body` under the replica's lock, then, once the outermost step has released it,
+    /// makes the observers' calls it decided.
+    func withLock<T, Failure: Error>(_ body: () throws(Failure) -> T) throws(Failure) -> T {
+        lock.lock()
+        depth += 1
+        let result = Result(catching: body)
+        depth -= 1
+        let outermost = depth == 0
+        lock.unlock()
+        if outermost { calls.run() }
+        return try result.get()
     }
 
     /// Named carts above this many are read with one `GET /carts` rather than one request each.
     static let fetchOneByOneLimit = 20
 
     func read<T>(_ body: (State) -> T) -> T {
-        lock.withLock { body(state) }
+        withLock { body(state) }
     }
 
     /// Adds an observer (`add` puts it in the set) and tells it the state if the replica holds
     /// its carts, as one step; then wakes the subscription if it follows something else now.
     func admit(_ observers: RemoteCartStore.Observers, add: () -> Void, greet: (Replica) -> Void) {
-        lock.withLock {
+        withLock {
             add()
             greet(self)
             reconsiderLocked(observers)
@@ -123,7 +149,7 @@ package final class Replica: @unchecked Sendable {
     /// observers want (`SubscriptionDemand`): after an observer is added or removed, or found
     /// released, and after each plan.
     func reconsider(_ observers: RemoteCartStore.Observers) {
-        lock.withLock { reconsiderLocked(observers) }
+        withLock { reconsiderLocked(observers) }
     }
 
     private func reconsiderLocked(_ observers: RemoteCartStore.Observers) {
@@ -133,7 +159,7 @@ package final class Replica: @unchecked Sendable {
     }
 
     /// The loop's state, for tests that hold an ordering (`SubscriptionDemand.Loop`).
-    package var loopState: SubscriptionDemand.Loop { lock.withLock { demand.loop } }
+    package var loopState: SubscriptionDemand.Loop { withLock { demand.loop } }
 
     /// Tells a newly added observer the state, if the replica holds its carts (and which of
     /// them the server refused). Under the lock.
@@ -179,7 +205,7 @@ package final class Replica: @unchecked Sendable {
     /// or below their version are skipped); a cart the server refuses is told to its observers
     /// and left out. Any other failure throws: the subscription reports it and asks again.
     package func plan(for observers: RemoteCartStore.Observers, api: CartServerAPI) async throws -> FanoutSubscription.Plan? {
-        let (closed, suspended, wanted) = lock.withLock {
+        let (closed, suspended, wanted) = withLock {
             let wanted = observers.wanted
             demand.beginPlanning(wanted.map(served))
             if state.suspended, !state.closed {
@@ -193,7 +219,7 @@ package final class Replica: @unchecked Sendable {
         }
         guard !closed, !suspended else { return nil }
         let plan = try await plan(wanting: wanted, observers: observers, api: api)
-        lock.withLock {
+        withLock {
             demand.planned(plan.map { $0.carts.map(CartSelection.only) ?? .all })
             reconsiderLocked(observers)
         }
@@ -204,7 +230,7 @@ package final class Replica: @unchecked Sendable {
         -> FanoutSubscription.Plan?
     {
         guard let allWanted = wanted else {
-            lock.withLock {
+            withLock {
                 // Nothing followed any more; the writes not yet confirmed, and who waits, stay, and
                 // carts restored from the cache file wait for the observers they are kept for.
                 if !state.fromCache {
@@ -216,7 +242,7 @@ package final class Replica: @unchecked Sendable {
             }
             return nil
         }
-        let findRefused = lock.withLock {
+        let findRefused = withLock {
             // Refusals of carts nobody wants now, or old enough, are forgotten: asked again.
             state.refused = state.refused.filter { id, refusal in
                 allWanted.contains(id) && refusal.at.duration(to: .now) < FanoutSubscription.refusalPause
@@ -234,7 +260,7 @@ package final class Replica: @unchecked Sendable {
         var wanted = read { _ in served(allWanted) }
         guard loaded, let covered else {
             guard wanted != .carts([]) else { return everyCartRefused(observers) }
-            lock.withLock {
+            withLock {
                 state.covered = wanted
                 state.carts = [:]
             }
@@ -259,7 +285,7 @@ package final class Replica: @unchecked Sendable {
             break
         }
         guard wanted != .carts([]) else { return everyCartRefused(observers) }
-        lock.withLock {
+        withLock {
             for cart in fetched where !covered.contains(cart.id) { state.carts[cart.id] = cart }
             state.carts = state.carts.filter { wanted.contains($0.key) }
             if state.covered != wanted {
@@ -278,7 +304,7 @@ package final class Replica: @unchecked Sendable {
         do {
             return try await api.currentCart(id)
         } catch let error as RemoteStoreError where error.code == .forbiddenCart {
-            lock.withLock {
+            withLock {
                 state.refused[id] = Refusal(error: error, at: .now)
                 guard !state.closed, let store = store.withLockedValue(\.store) else { return }
                 observers.registry.notify(where: { $0.selection.contains(id) }) { observer, _ in
@@ -291,7 +317,7 @@ package final class Replica: @unchecked Sendable {
 
     /// Every cart wanted was refused: no connection, and the store says why.
     private func everyCartRefused(_ observers: RemoteCartStore.Observers) -> FanoutSubscription.Plan? {
-        lock.withLock {
+        withLock {
             if let refusal = state.refused.values.max(by: { $0.at < $1.at }) {
                 setConnection(.refused(refusal.error), observers: observers)
             }
@@ -304,7 +330,7 @@ package final class Replica: @unchecked Sendable {
 
     /// Applies one update of the subscription and tells the observers.
     package func take(_ update: FanoutSubscription.Update, observers: RemoteCartStore.Observers) throws {
-        try lock.withLock {
+        try withLock {
             guard !state.closed else { return }
             switch update {
             case .connecting(let plan):
@@ -449,7 +475,7 @@ package final class Replica: @unchecked Sendable {
     /// Closes the connection until `resume`: returns once the subscription's loop has let it go.
     func suspend() async {
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-            lock.withLock {
+            withLock {
                 guard !state.closed else { return waiter.resume() }
                 state.suspended = true
                 state.suspendWaiters.append(waiter)
@@ -460,7 +486,7 @@ package final class Replica: @unchecked Sendable {
 
     /// Connects again at once after `suspend`, whatever pause the loop was in.
     func resume() {
-        let wasSuspended = lock.withLock {
+        let wasSuspended = withLock {
             defer { state.suspended = false }
             return state.suspended
         }
@@ -470,7 +496,7 @@ package final class Replica: @unchecked Sendable {
     /// Ends the loop's pause before its next attempt, if it is in one (the network is back):
     /// a live connection is left as it is.
     func retryNow() {
-        let waiting = lock.withLock {
+        let waiting = withLock {
             switch state.connection {
             case .reconnecting, .refused: !state.suspended && !state.closed
             default: false
@@ -480,7 +506,7 @@ package final class Replica: @unchecked Sendable {
     }
 
     func close(observers: RemoteCartStore.Observers) {
-        lock.withLock {
+        withLock {
             guard !state.closed else { return }
             setConnection(.closed, observers: observers)
             state.closed = true

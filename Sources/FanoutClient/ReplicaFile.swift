@@ -7,6 +7,10 @@ import NIOConcurrencyHelpers
 public enum ReplicaCacheState: Sendable, Hashable {
     /// No cache file was given: the replica lives in memory only.
     case none
+    /// The file is being opened and read, off the caller's thread: the store connects, and
+    /// takes writes, once it is (`RemoteCartStore.cacheFileOpened()` waits for it); the
+    /// observers added meanwhile are told the carts it holds.
+    case opening
     /// The file held no replica yet (a new file, or one of a store that never loaded).
     case empty
     /// The replica was restored from the file: its carts, as of `seq`, saved at `savedAt`, and

@@ -16,7 +16,8 @@ import Synchronization
 /// already queued on its delivery queue.
 ///
 /// Each observer may name a serial `DispatchQueue` for its deliveries; without one it is called
-/// synchronously on the notifying thread. Observers can be added and removed from any thread,
+/// synchronously on the notifying thread (or, for a set made with `DeferredCalls`, once the
+/// notifying thread has released its owner's lock). Observers can be added and removed from any thread,
 /// including from inside their own callbacks: a notification works on a snapshot of the set
 /// taken when it starts, so a callback that changes the set affects the next notification.
 ///
@@ -108,8 +109,19 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
     }
 
     private let state = NIOLockedValueBox(State())
+    /// Where synchronous deliveries go when the set's owner notifies under a lock of its own.
+    private let deferred: DeferredCalls?
 
-    public init() {}
+    public init() {
+        deferred = nil
+    }
+
+    /// A set whose synchronous deliveries (observers added without a queue) are appended to
+    /// `calls` rather than made: its owner notifies under its lock and runs `calls` once the lock
+    /// is released. Deliveries on a queue are dispatched as usual.
+    public init(deferringCallsTo calls: DeferredCalls) {
+        deferred = calls
+    }
 
     /// Adds `observer`, held weakly. Adding an observer that is already in the set replaces its
     /// delivery queue; it is never notified twice.
@@ -202,7 +214,7 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
                     sawDead = true
                     continue
                 }
-                Self.deliver(value, to: registration, observer, body)
+                deliver(value, to: registration, observer, body)
             }
             return sawDead
         }
@@ -222,7 +234,7 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
         let id = Reference.identity(of: observer)
         let registration = state.withLockedValue { state in state.slotByID[id].map { state.registrations[$0] } }
         guard let registration, include(registration.interest), let live = registration.liveObserver else { return }
-        Self.deliver((), to: registration, live) { observer, _ in body(observer) }
+        deliver((), to: registration, live) { observer, _ in body(observer) }
     }
 
     /// The interest `observer` was added with, while it is alive and in the set.
@@ -234,15 +246,21 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
         }
     }
 
-    /// Calls `body` with `value` for one registration, now or on its queue. Generic over the
-    /// value rather than wrapping `body` in a closure of its own: a synchronous delivery then
-    /// allocates nothing.
+    /// Calls `body` with `value` for one registration, now, on its queue, or once its owner's
+    /// lock is released (`deferred`). Generic over the value rather than wrapping `body` in a
+    /// closure of its own: a synchronous delivery then allocates nothing.
     @inline(__always)
-    private static func deliver<Value: Sendable>(
+    private func deliver<Value: Sendable>(
         _ value: Value, to registration: Registration, _ observer: Observer, _ body: @escaping @Sendable (Observer, Value) -> Void
     ) {
         if let queue = registration.queue {
             queue.async {
+                if let observer = registration.liveObserver {
+                    registration.call(observer) { body($0, value) }
+                }
+            }
+        } else if let deferred {
+            deferred.append {
                 if let observer = registration.liveObserver {
                     registration.call(observer) { body($0, value) }
                 }

@@ -36,7 +36,7 @@ struct CacheFileTests {
         let server = try await ServerUnderTest(kind: .process)
         await server.add("c", "seed")
         let first = RemoteCartStore(server: server.url, cacheFile: file)
-        #expect(first.cacheState == .empty)
+        #expect(await first.cacheFileOpened() == .empty)
         let before = Recorder()
         first.observers.add(before, carts: .only(["c"]))
         await eventually("loaded") { before.isLoaded }
@@ -49,13 +49,14 @@ struct CacheFileTests {
         // The server cannot answer: what the next store shows comes from the file alone.
         server.freeze()
         let second = RemoteCartStore(server: server.url, cacheFile: file)
-        guard case .restored(let seq, _, 0) = second.cacheState else {
+        guard case .restored(let seq, _, 0) = await second.cacheFileOpened() else {
             Issue.record("not restored: \(second.cacheState)")
             return
         }
         let after = Recorder()
         second.observers.add(after, carts: .only(["c"]))
-        #expect(after.record.withLockedValue { $0.loaded } == [cached], "the cached cart, told at once")
+        await eventually("the cached cart") { after.isLoaded }
+        #expect(after.record.withLockedValue { $0.loaded } == [cached], "the cached cart, told before any network")
         #expect(second.isFromCache && second.cart("c") == cached && second.seq == seq)
 
         server.thaw()
@@ -96,7 +97,8 @@ struct CacheFileTests {
         }
         #expect(second.isFromCache || observerFirst)
         if !observerFirst { second.observers.add(after, carts: .only(["c"])) }
-        #expect(after.record.withLockedValue { $0.loaded?.first?.items.map(\.sku) } == ["seed"], "the cached cart, at once")
+        await eventually("loaded", store: second, server: server) { after.isLoaded }
+        #expect(after.record.withLockedValue { $0.loaded?.first?.items.map(\.sku) } == ["seed"], "the cached cart")
         await eventually("live", store: second, server: server) { second.connectionState == .live }
         #expect(await server.subscribers() == 1)
         let write = try await second.addItem("pear", quantity: 1, unitPriceCents: 5, to: "c")
@@ -141,7 +143,8 @@ struct CacheFileTests {
     }
 
     /// A cache file another connection holds (the app's previous store, released and still
-    /// closing) is waited for, and never removed: under load the next store once found it
+    /// closing) is waited for, off the caller's thread, and never removed: under load the next
+    /// store once found it
     /// "locked", took it for a broken file, and removed it with its pending writes.
     @Test func aCacheFileInUseIsWaitedForAndNeverRemoved() async throws {
         let (file, removeFile) = try Self.cacheFile()
@@ -161,19 +164,18 @@ struct CacheFileTests {
             try db.execute(sql: "BEGIN EXCLUSIVE")
             try db.execute(sql: "COMMIT")
         }
-        let released = NIOLockedValueBox(false)
-        Thread.detachNewThread {
-            usleep(300_000)
-            try? holder.close()
-            released.withLockedValue { $0 = true }
-        }
         let second = RemoteCartStore(server: nowhere, cacheFile: file)
-        #expect(released.withLockedValue { $0 }, "it waited for the file")
-        guard case .restored(_, _, 1) = second.cacheState else {
+        #expect(second.cacheState == .opening, "made without waiting for the file")
+        // A write made meanwhile waits for the file: it goes after the one the file holds.
+        let writing = Task { try await second.addItem("t", quantity: 1, unitPriceCents: 1, to: "c") }
+        #expect(second.pendingWrites.isEmpty, "nothing is taken before the file is read")
+        try holder.close()
+        guard case .restored(_, _, 1) = await second.cacheFileOpened() else {
             Issue.record("the pending write was not restored: \(second.cacheState)")
             return
         }
-        #expect(second.pendingWrites.map(\.id) == [made.id])
+        let later = try await writing.value
+        #expect(second.pendingWrites.map(\.id) == [made.id, later.id], "the file's write first, then the one made while it was read")
         await second.close()
     }
 
@@ -187,6 +189,7 @@ struct CacheFileTests {
         defer { removeFile() }
         let nowhere = URL(string: "http://127.0.0.1:1")!
         let store = RemoteCartStore(server: nowhere, cacheFile: file)
+        await store.cacheFileOpened()
         // Another connection holding the file's write lock: a transaction left open on purpose.
         var holding = Configuration()
         holding.allowsUnsafeTransactions = true
@@ -206,6 +209,7 @@ struct CacheFileTests {
         #expect(returned.withLockedValue { $0 })
         await store.close()
         let reopened = RemoteCartStore(server: nowhere, cacheFile: file)
+        await reopened.cacheFileOpened()
         #expect(reopened.pendingWrites.map(\.id) == [write.id], "saved by the time the call returned")
         await reopened.close()
     }
@@ -227,7 +231,7 @@ struct CacheFileTests {
         first = nil  // the app is gone, with its writes pending in the file
 
         let second = RemoteCartStore(server: server.url, cacheFile: file)
-        guard case .restored(_, _, 100) = second.cacheState else {
+        guard case .restored(_, _, 100) = await second.cacheFileOpened() else {
             Issue.record("the pending writes were not restored: \(second.cacheState)")
             return
         }
@@ -272,7 +276,8 @@ struct CacheFileTests {
         let second = RemoteCartStore(server: server.url, cacheFile: file)
         let after = Recorder()
         second.observers.add(after, carts: .only(["c"]))
-        #expect(after.record.withLockedValue { $0.loaded?.first?.items.map(\.sku) } == ["first"], "the cache, at once")
+        await eventually("loaded") { after.isLoaded }
+        #expect(after.record.withLockedValue { $0.loaded?.first?.items.map(\.sku) } == ["first"], "the cache, first")
         await eventually(timeout: .seconds(30), "replaced by the other database's cart") {
             after.record.withLockedValue { $0.resyncs.count } == 1
         }
@@ -300,7 +305,8 @@ struct CacheFileTests {
         let second = RemoteCartStore(server: server.url, cacheFile: file)
         let after = Recorder()
         second.observers.add(after, carts: .only(["a"]))
-        #expect(after.record.withLockedValue { $0.loaded?.first?.version } == 1, "the cached cart at once")
+        await eventually("loaded") { after.isLoaded }
+        #expect(after.record.withLockedValue { $0.loaded?.first?.version } == 1, "the cached cart first")
         await eventually(timeout: .seconds(30), "resynced") { !after.record.withLockedValue { $0.resyncs.isEmpty } }
         let resync = after.record.withLockedValue { $0.resyncs.first }
         #expect(resync?.0 == .historyPruned)
@@ -320,7 +326,7 @@ struct CacheFileTests {
 
         try Data("not a database, or half of one".utf8).write(to: file)
         let fromGarbage = RemoteCartStore(server: server.url, cacheFile: file)
-        guard case .discarded(.unreadable) = fromGarbage.cacheState else {
+        guard case .discarded(.unreadable) = await fromGarbage.cacheFileOpened() else {
             Issue.record("a damaged file was not discarded: \(fromGarbage.cacheState)")
             return
         }
@@ -332,7 +338,7 @@ struct CacheFileTests {
         await fromGarbage.close()
 
         let elsewhere = RemoteCartStore(server: URL(string: "http://127.0.0.1:1")!, cacheFile: file)
-        #expect(elsewhere.cacheState == .discarded(.otherServer(server.url.absoluteString)), "another server's file")
+        #expect(await elsewhere.cacheFileOpened() == .discarded(.otherServer(server.url.absoluteString)), "another server's file")
         #expect(elsewhere.cart("d") == nil, "nothing of the other server's carts")
         await elsewhere.close()
 
@@ -342,7 +348,7 @@ struct CacheFileTests {
         let whole = try Data(contentsOf: file)
         try whole.prefix(whole.count / 2).write(to: file)
         let truncated = RemoteCartStore(server: server.url, cacheFile: file)
-        switch truncated.cacheState {
+        switch await truncated.cacheFileOpened() {
         case .discarded, .empty: break
         default: Issue.record("a truncated file was trusted: \(truncated.cacheState)")
         }

@@ -233,7 +233,7 @@ func offlineWrite(_ index: Int) -> (cartID: String, write: CartWrite) {
 func offlineWrites(_ server: URL, cache: URL, range: Range<Int>, killAfter: Int?) async throws {
     let store = RemoteCartStore(server: server, cacheFile: cache)
     var restored = 0
-    if case .restored(_, _, let pending) = store.cacheState { restored = pending }
+    if case .restored(_, _, let pending) = await store.cacheFileOpened() { restored = pending }
     var taken: [PendingWrite] = []
     for index in range {
         let (cartID, write) = offlineWrite(index)

@@ -121,6 +121,7 @@ let cache = cacheFolder.appendingPathComponent("replica.sqlite")
 let nowhere = URL(string: "http://127.0.0.1:9")!
 do {
     let maker = RemoteCartStore(server: nowhere, cacheFile: cache)
+    await maker.cacheFileOpened()
     let keeper = FirstLoad()
     maker.observers.add(keeper)
     _ = try await maker.replica.plan(for: maker.observers, api: maker.server)
@@ -142,6 +143,7 @@ for cached in [false, true] {
     func store() async throws -> RemoteCartStore {
         let file = cacheFolder.appendingPathComponent("events-\(UUID().uuidString).sqlite")
         let store = RemoteCartStore(server: nowhere, cacheFile: cached ? file : nil)
+        await store.cacheFileOpened()
         store.observers.add(counter)
         _ = try await store.replica.plan(for: store.observers, api: store.server)
         return store
@@ -203,18 +205,28 @@ for callers in [1, 16] {
 }
 
 var coldStarts: [Double] = []
+var onCaller: [Double] = []
+func milliseconds(_ elapsed: Duration) -> Double {
+    Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1e3
+}
 for _ in 0..<5 {
     let start = ContinuousClock.now
     let store = RemoteCartStore(server: nowhere, cacheFile: cache)
     let first = FirstLoad()
     store.observers.add(first)
+    // What the caller's thread spent: the file is opened and read on a thread of its own.
+    onCaller.append(milliseconds(ContinuousClock.now - start))
+    // The observer is told the cached carts as the file has been read (the store connects
+    // only after): by the time `cacheFileOpened` returns.
+    await store.cacheFileOpened()
     let elapsed = ContinuousClock.now - start
     guard first.cartsLoaded == 1_000 else { fatalError("the cache gave \(first.cartsLoaded) carts, not 1 000: \(store.cacheState)") }
-    coldStarts.append(Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1e3)
+    coldStarts.append(milliseconds(elapsed))
     await store.close()
 }
 print("")
 print(
     "cold start from a cache file of 1 000 carts × 10 lines, store created to first callback (didLoadFromCache): "
-        + "best \(String(format: "%.1f", coldStarts.min() ?? 0)) ms, median \(String(format: "%.1f", coldStarts.sorted()[2])) ms of 5"
+        + "best \(String(format: "%.1f", coldStarts.min() ?? 0)) ms, median \(String(format: "%.1f", coldStarts.sorted()[2])) ms of 5; "
+        + "on the caller's thread (init and add): median \(String(format: "%.2f", onCaller.sorted()[2])) ms"
 )
