@@ -6,8 +6,10 @@ import NIOConcurrencyHelpers
 /// one server) or PostgreSQL (one database, several servers).
 ///
 /// Every mutation changes the cart rows and appends one event to the log in the same
-/// transaction (concurrent mutations share one transaction and one sync, each in a savepoint,
-/// see `GroupCommit`); the event's `seq` is strictly increasing and gap-free. The engine is a
+/// transaction (concurrent mutations share one transaction and one sync, see `GroupCommit`; a
+/// refused one writes nothing: on SQLite each runs in a savepoint, on PostgreSQL the batch is
+/// planned in memory and only what passed is written); the event's `seq` is strictly
+/// increasing and gap-free. The engine is a
 /// `CartStoreBackend` (`SQLiteBackend`, or CartStorePostgres's `PostgresBackend`, opened by
 /// `PostgresCartStore`); the input checks, the plan of a
 /// change (`CartMutation`), validators and delivery are the same for both. After the commit,

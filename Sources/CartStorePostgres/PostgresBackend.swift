@@ -114,9 +114,10 @@ final class PostgresBackend: CartStoreBackend {
     /// Whether the store has been closed: the services beside it (`PostgresPresence`) end then.
     var isClosed: Bool { closed.withLockedValue { $0 } }
 
-    /// Runs the connection pool and the follower (LISTEN doorbell and poll): nothing reaches
-    /// the database until they run. They run until the task is cancelled, the service group
-    /// that runs them shuts down, or the store is closed.
+    /// Runs the connection pool and the follower (LISTEN and poll): after `open`, whose
+    /// connection is closed by then, nothing reaches the database until they run. They run
+    /// until the task is cancelled, the service group that runs them shuts down, or the store
+    /// is closed.
     func run() async {
         let client = self.client
         let follower = self.follower

@@ -7,8 +7,10 @@ import ServiceLifecycle
 /// task — as a `PostgresClient` is run. Tools and tests that want a store for a while use
 /// `CartStore.withPostgres(url:_:)`, which runs it for them.
 ///
-/// Nothing reaches the database, and nothing is delivered, until `run()` runs: a change made
-/// before waits for it (at most its deadline, then `storeUnavailable`). `run()` returns
+/// Its initialiser connects to the database on a connection of its own, migrates it, reads
+/// where its log stands, and closes that connection. The connection pool and the follower run
+/// only in `run()`: until then nothing is delivered, and a change waits for it (at most its
+/// deadline, then `storeUnavailable`). `run()` returns
 /// when its task is cancelled, when the service group shuts down, or when `store` is closed.
 /// Several stores (several servers) may share one database.
 public final class PostgresCartStore: Service, Sendable {

@@ -7,9 +7,12 @@ import Synchronization
 ///
 /// Generic over how one observer is held (`WeakObserverReference`): Swift cannot declare a
 /// `weak` property of a generic type, even one that will be a class-bound protocol's existential,
-/// so each observer protocol brings a four-line struct with a `weak var` of its own type (see
-/// `WeakObserverReference`). `CartStore.observers` and FanoutClient's `RemoteCartStore` are both
-/// this set.
+/// so each set's reference is a small struct of its own. CartStore's `WeakCartStoreObserver` is
+/// a `weak var` of its protocol's type; a `CartObserver` is held through FanoutProtocol's
+/// `CartObserverHold` (weakly, or a main-actor observer's relay strongly while its target
+/// lives), in a struct per store that adds what the store keeps per observer (its
+/// `Interest`). `CartStore.observers` holds two of these sets (its `CartStoreObserver`s and its
+/// `CartObserver`s), FanoutClient's `RemoteCartStore.observers` one.
 ///
 /// An observer that is released drops out by itself; nobody has to unregister it. Explicit
 /// `remove` also works, and once it returns the observer gets no further callback, not even one

@@ -3,9 +3,11 @@ import NIOConcurrencyHelpers
 /// Mutations waiting for the engine's writer, committed a batch per transaction.
 ///
 /// Concurrent callers of the store's mutations queue here. One drain at a time runs: it takes
-/// up to `maxBatch` mutations, runs each in a savepoint of one transaction (a refused or vetoed
-/// mutation rolls back alone), commits once — one sync for the whole batch — then delivers the
-/// events in seq order and answers each caller. `Work` is what the engine runs per mutation. A caller is answered
+/// up to `maxBatch` mutations into one transaction, where a refused or vetoed mutation writes
+/// nothing (SQLite runs each in a savepoint and rolls it back alone; PostgreSQL plans the batch
+/// in memory and writes only what passed, `PostgresBatch`), commits once — one sync for the
+/// whole batch — then has the events delivered in seq order (on PostgreSQL by the follower) and
+/// answers each caller. `Work` is what the engine runs per mutation. A caller is answered
 /// only after the commit that holds its change, so what is acknowledged is as durable as with a
 /// transaction per mutation; the batch only shares the sync.
 ///

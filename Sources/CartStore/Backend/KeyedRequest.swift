@@ -1,8 +1,9 @@
 import FanoutProtocol
 import Foundation
 
-/// A mutation's idempotency key with what identifies the request it came with: the route and
-/// every argument, as canonical JSON (`CartStore.fingerprint`). The fingerprint is the request
+/// A mutation's idempotency key with what identifies the request it came with: the route, the
+/// cart, every argument and the expected version, as canonical JSON
+/// (`CartWrite.fingerprint(cartID:expectedVersion:)`). The fingerprint is the request
 /// itself rather than a hash of it: at most about 1 KiB (the arguments' limits), compared
 /// exactly, and nothing but Foundation needed to make it.
 package struct KeyedRequest: Sendable, Hashable {
