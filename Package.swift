@@ -20,6 +20,8 @@ let package = Package(
         .library(name: "FanoutProtocol", targets: ["FanoutProtocol"]),
         .library(name: "FanoutClient", targets: ["FanoutClient"]),
         .library(name: "WeakObservers", targets: ["WeakObservers"]),
+        // An in-memory store an app's tests and SwiftUI previews script (no server).
+        .library(name: "FanoutTesting", targets: ["FanoutTesting"]),
         .executable(name: "fanout-server", targets: ["FanoutServer"]),
         .executable(name: "fanout-client", targets: ["fanout-client"]),
     ],
@@ -95,6 +97,12 @@ let package = Package(
                 // The replica's cache file (`RemoteCartStore(cacheFile:)`), as CartStore's SQLite.
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
+        ),
+        // A store in memory that an app's tests and previews script: connection states,
+        // rejections, presence, events from elsewhere. Nothing beyond FanoutClient's packages.
+        .target(
+            name: "FanoutTesting",
+            dependencies: ["FanoutClient", "WeakObservers", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
         .target(name: "ProcessSignals"),
         // An event loop as a task's preferred executor: the server's connections, the PostgreSQL engine's batches.
@@ -254,7 +262,7 @@ let package = Package(
         // protocol, and an `@Observable` view of a cart.
         .testTarget(
             name: "AppTests",
-            dependencies: ["FanoutClient", "CartStore", "FanoutTestSupport", "FanoutServer"]
+            dependencies: ["FanoutClient", "FanoutTesting", "CartStore", "FanoutTestSupport", "FanoutServer"]
         ),
         // The same, as Xcode 26's app template builds an app: the main actor as default
         // isolation (Swift 6.2's approachable concurrency), and still nothing added.

@@ -15,28 +15,28 @@ public typealias MainActorRemoteCartObserver = MainActorCartObserver
 
 /// One observer's registration details: what it wants, and whether it was told the current
 /// state yet (until then it gets no event).
-final class ObserverInterest: Sendable {
-    let selection: CartSelection
+package final class ObserverInterest: Sendable {
+    package let selection: CartSelection
     private let loaded = Atomic<Bool>(false)
 
-    init(_ selection: CartSelection) {
+    package init(_ selection: CartSelection) {
         self.selection = selection
     }
 
-    var isLoaded: Bool { loaded.load(ordering: .acquiring) }
+    package var isLoaded: Bool { loaded.load(ordering: .acquiring) }
 
-    func markLoaded() { loaded.store(true, ordering: .releasing) }
+    package func markLoaded() { loaded.store(true, ordering: .releasing) }
 }
 
 /// How the store's `WeakObserverSet` holds a `CartObserver`: weakly (a main-actor observer's
 /// relay strongly, while its target lives: `CartObserverHold`), with its interest.
-struct WeakRemoteCartObserver: WeakObserverReference {
-    typealias Interest = ObserverInterest
+package struct WeakRemoteCartObserver: WeakObserverReference {
+    package typealias Interest = ObserverInterest
     private let hold: CartObserverHold
 
-    init(_ observer: any CartObserver) { hold = CartObserverHold(observer) }
+    package init(_ observer: any CartObserver) { hold = CartObserverHold(observer) }
 
-    var observer: (any CartObserver)? { hold.observer }
+    package var observer: (any CartObserver)? { hold.observer }
 
-    static func identity(of observer: any CartObserver) -> ObjectIdentifier { CartObserverHold.identity(of: observer) }
+    package static func identity(of observer: any CartObserver) -> ObjectIdentifier { CartObserverHold.identity(of: observer) }
 }
