@@ -112,7 +112,7 @@ public struct FanoutSubscription: Sendable {
     /// sent on a WebSocket, and an event stream is replaced by one with the new state (see
     /// `PresenceStates`). The pause before each new attempt is slept on `clock` (heartbeats and
     /// the server's silence keep wall time: the server's lease does).
-    func run(
+    package func run(
         plan: @Sendable () async throws -> Plan?,
         wakeUps: WakeUps,
         presenceStates: PresenceStates?,
@@ -480,7 +480,7 @@ final class Counter: Sendable {
 /// whoever decides (the store's `SubscriptionDemand`), or by a listener of a `reconsider`
 /// stream; a wake-up that finds nothing waiting or running is kept (one at most) for the next
 /// wait or run.
-final class WakeUps: Sendable {
+package final class WakeUps: Sendable {
     private struct State {
         /// A wake-up came while nothing waited or ran: the next wait returns at once.
         var pending = false
@@ -494,7 +494,7 @@ final class WakeUps: Sendable {
     private let listener: NIOLockedValueBox<Task<Void, Never>?> = NIOLockedValueBox(nil)
 
     /// Woken by `wake()` only.
-    init() {}
+    package init() {}
 
     /// Woken by each element of `stream` too.
     convenience init(_ stream: AsyncStream<Void>) {

@@ -6,7 +6,7 @@ import NIOConcurrencyHelpers
 /// sends each change (the latest, at most `PresenceLimits.maxStateChangesPerSecond` a second,
 /// so the server never refuses one for its rate); an open event stream is replaced by one with
 /// the new state (`EventStreamHandover`).
-final class PresenceStates: Sendable {
+package final class PresenceStates: Sendable {
     private let current: NIOLockedValueBox<PresenceState>
     /// Wakes whoever sends the changes (one at a time: the connection open now).
     let changes = WakeUps()

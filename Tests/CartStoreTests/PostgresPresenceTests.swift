@@ -38,13 +38,15 @@ struct PostgresPresenceTests {
             await eventually("each node listening") {
                 (try? await server.psql(listening, on: url))?.trimmingCharacters(in: .whitespacesAndNewlines) == "2"
             }
-            // Both channels are listened on by then, and nothing else listens.
-            try await Task.sleep(for: .milliseconds(200))
-            let sessions = try await server.psql(listening, on: url).trimmingCharacters(in: .whitespacesAndNewlines)
-            #expect(sessions == "2", "one LISTEN session per node")
+            // Presence heard both ways: each node listens on its presence channel by then.
             let record = PresenceRecord(cartID: "c", user: "u", member: "m", state: "{}", since: 1)
             first.presence.set(record)
             await eventually("the member on the other node") { second.view?.members[record.key] == record }
+            let back = PresenceRecord(cartID: "c", user: "v", member: "n", state: "{}", since: 2)
+            second.presence.set(back)
+            await eventually("and the other way") { first.view?.members[back.key] == back }
+            let sessions = try await server.psql(listening, on: url).trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(sessions == "2", "one LISTEN session per node, for its events and presence both")
         }
     }
 

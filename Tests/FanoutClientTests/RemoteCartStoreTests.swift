@@ -312,18 +312,30 @@ struct RemoteCartStoreTests {
         }
         #expect(error.code == .badToken)
 
-        // The subscription under it asks once, then waits out its pause.
+        // The subscription under it asks once, then waits out its pause (on its clock), and
+        // asks again only when that has passed: not a retry storm.
         let attempts = NIOLockedValueBox(0)
+        let refusals = NIOLockedValueBox<[Duration]>([])
         let subscription = FanoutSubscription(server: server.url, credentials: .token("wrong"))
-        let (never, _) = AsyncStream<Void>.makeStream()
+        let clock = TestClock()
         let run = Task {
-            try await subscription.run(plan: { .init(carts: nil, since: nil) }, reconsider: never) { update in
-                if case .connecting = update { attempts.withLockedValue { $0 += 1 } }
+            try await subscription.run(
+                plan: { .init(carts: nil, since: nil) }, wakeUps: WakeUps(), presenceStates: nil, clock: clock
+            ) { update in
+                switch update {
+                case .connecting: attempts.withLockedValue { $0 += 1 }
+                case .refused(_, let retryIn): refusals.withLockedValue { $0.append(retryIn) }
+                default: break
+                }
             }
         }
-        try await Task.sleep(for: .seconds(2))
+        await eventually("refused, and pausing on its clock") { await Self.isWaiting(on: clock) && !refusals.withLockedValue(\.isEmpty) }
+        #expect(refusals.withLockedValue { $0 } == [FanoutSubscription.refusalPause], "the long pause of credentials refused")
+        await clock.advance(by: FanoutSubscription.refusalPause - .milliseconds(1))
+        #expect(await Self.isWaiting(on: clock) && attempts.withLockedValue { $0 } == 1, "no attempt before the pause has passed")
+        await clock.advance(by: .milliseconds(1))
+        await eventually("asked again once the pause has passed") { attempts.withLockedValue { $0 } == 2 }
         run.cancel()
-        #expect(attempts.withLockedValue { $0 } == 1, "one attempt in 2 s, not a retry storm")
         // With the right token a new store goes live.
         let good = RemoteCartStore(server: server.url, credentials: .provider { "right" })
         let other = Recorder()

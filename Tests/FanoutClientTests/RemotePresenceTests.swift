@@ -43,14 +43,13 @@ struct RemotePresenceTests {
         #expect(!ann.left("bob"), "a state change is no leave and join, on an event stream too: \(ann.changes)")
         #expect(ann.changes.filter { $0.change.joinedUser == "bob" }.count == 1)
 
-        let releasedAt = ContinuousClock.now
+        // Released, bob's store closes its connection at its next release check (that check's
+        // timing is tested on an injected clock in RemoteCartStoreTests): ann sees a leave as
+        // closed, not one at the lease's end.
         bob = nil
         await eventually("ann sees bob leave") { ann.left("bob") }
         let leave = try #require(ann.changes.first { $0.change.leftUser == "bob" })
-        let took = leave.at - releasedAt
-        print("presence: release → leave over \(transport.rawValue): \(took)")
         #expect(leave.change.leaveReason == .closed)
-        #expect(took < .seconds(5), "a released observer leaves at once (the goal is 1 s; the bound is generous for busy machines)")
         #expect(ann.members(of: "shared").compactMap(\.user) == ["ann"])
         withExtendedLifetime(bobStore) {}
         await annStore.close()
@@ -94,12 +93,11 @@ struct RemotePresenceTests {
         await eventually("the client's join") { seer.members(of: "shared").contains { $0.member == "vanishing" } }
         await eventually("the client prints the presence") { client.output.contains(#""type":"presence""#) }
 
+        // The lease's own timing is tested on an embedded event loop (the server's tests).
         client.signal(SIGSTOP)
-        let stoppedAt = ContinuousClock.now
         await eventually("its leave") { seer.changes.contains { $0.change.leftMember == "vanishing" } }
         let leave = try #require(seer.changes.first { $0.change.leftMember == "vanishing" })
         #expect(leave.change.leaveReason == .leaseExpired)
-        #expect(leave.at - stoppedAt < .seconds(10), "at its lease's expiry (2 s), not later")
         await client.end()
         await store.close()
         await server.stop()

@@ -47,12 +47,14 @@ struct DeadlineTests {
 
     @Test func aCancelledCallerCancelsTheWork() async throws {
         let cancelled = Atomic(false)
+        let started = Atomic(false)
         let caller = Task {
             try await Deadline.race(until: .now + .seconds(60), expired: { Expired() }) {
+                started.store(true, ordering: .relaxed)
                 try await Self.sleepTellingCancellation(to: cancelled)
             }
         }
-        try await Task.sleep(for: .milliseconds(50))
+        #expect(await eventually { started.load(ordering: .relaxed) }, "the work runs")
         caller.cancel()
         await #expect(throws: CancellationError.self) { try await caller.value }
         let workCancelled = cancelled.load(ordering: .relaxed)
