@@ -52,6 +52,10 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
+        // HTTP's types (`HTTPRequest`, `HTTPFields`) and NIO's handlers of them, which
+        // Hummingbird speaks: the server names them where it builds answers and its channel.
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // `/metrics`: the swift-metrics API, exported in Prometheus text by swift-prometheus.
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
@@ -123,7 +127,14 @@ let package = Package(
                 // The SQLite engine's recent events (`RecentEvents`).
                 .product(name: "DequeModule", package: "swift-collections"),
             ],
-            plugins: ["EmbedMigrations"]
+            // The schema, compiled in (`PackageResources`), so a binary migrates its database
+            // from any working directory; `Schema.migrations` lists them, and a test checks
+            // that every file of the folder is there.
+            resources: [
+                .embedInCode("SQLite/Migrations/0001_create_carts.sql"),
+                .embedInCode("SQLite/Migrations/0002_idempotency_keys.sql"),
+                .embedInCode("SQLite/Migrations/0003_database_identity.sql"),
+            ]
         ),
         // The PostgreSQL engine of CartStore: a `Service` the server runs (its pool and follower).
         .target(
@@ -138,7 +149,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
-            plugins: ["EmbedMigrations"]
+            // The PostgreSQL schema, compiled in as CartStore's is (`PostgresSchema.migrations`).
+            resources: [
+                .embedInCode("Migrations/0001_create_carts.sql"),
+                .embedInCode("Migrations/0002_idempotency_keys.sql"),
+                .embedInCode("Migrations/0003_database_identity.sql"),
+                .embedInCode("Migrations/0004_presence.sql"),
+                .embedInCode("Migrations/0005_lines_without_foreign_key.sql"),
+                .embedInCode("Migrations/0006_carts_change_through_fanout.sql"),
+            ]
         ),
         .executableTarget(
             name: "FanoutServer",
@@ -155,12 +174,18 @@ let package = Package(
                 serverOnly("HummingbirdTLS", "hummingbird"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 serverOnly("ArgumentParser", "swift-argument-parser"),
+                serverOnly("ServiceLifecycle", "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                serverOnly("HTTPTypes", "swift-http-types"),
+                serverOnly("NIOHTTPTypes", "swift-nio-extras"),
+                serverOnly("NIOHTTPTypesHTTP1", "swift-nio-extras"),
                 // `/subscribe` is NIO's WebSocket upgrade and frame codec, driven by our handler.
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 serverOnly("Metrics", "swift-metrics"),
+                serverOnly("CoreMetrics", "swift-metrics"),
                 serverOnly("Prometheus", "swift-prometheus"),
                 serverOnly("JWTKit", "jwt-kit"),
             ],
@@ -185,13 +210,6 @@ let package = Package(
         ),
         // Both command lines' parse errors, said as a person would (`ArgumentRepair`).
         .target(name: "CommandLineRepair", dependencies: [serverOnly("ArgumentParser", "swift-argument-parser")]),
-        // Build-time tool: turns migrations/*.sql into Swift source so every binary carries its schema.
-        .executableTarget(name: "embed-migrations"),
-        .plugin(
-            name: "EmbedMigrations",
-            capability: .buildTool(),
-            dependencies: ["embed-migrations"]
-        ),
         // Test helper: a child process that writes until it is killed (crash-survival tests).
         .executableTarget(
             name: "cartstore-crash-writer",

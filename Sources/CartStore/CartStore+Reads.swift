@@ -78,21 +78,6 @@ extension CartStore {
         try await backend.pruneEvents(committedBefore: date)
     }
 
-    /// Forgets the idempotency keys made before `date`, and all but the newest `count` of those
-    /// left: a mutation repeating a forgotten key is made again. Returns how many were
-    /// forgotten. Keys are kept apart from the log: pruning events keeps every key's answer,
-    /// and pruning keys keeps every event (with its key).
-    @discardableResult
-    public func pruneIdempotencyKeys(createdBefore date: Date, keepingNewest count: Int) async throws -> Int {
-        guard count >= 0 else { throw CartStoreError(.invalidLimit, "keep count must be ≥ 0 (got \(count))") }
-        return try await backend.pruneIdempotencyKeys(createdBefore: date, keepingNewest: count)
-    }
-
-    /// How many idempotency keys are kept now (for an operator's figures: it counts them).
-    public func idempotencyKeyCount() async throws -> Int {
-        try await backend.idempotencyKeyCount()
-    }
-
     static func checkEventQuery(after seq: Int64, limit: Int, carts: Set<String>?) throws {
         guard seq >= 0 else { throw CartStoreError(.invalidSince, "since must be ≥ 0 (got \(seq))") }
         guard (1...maxEventPage).contains(limit) else {

@@ -50,17 +50,11 @@ extension PostgresBackend {
             var events: [CartEvent] = []
             let rows = try await connection.query(
                 """
-                SELECT seq, cart_id, change, cart_version, committed_at, idempotency_key FROM cart_events
+                SELECT \(unescaped: CartEvent.storedColumns) FROM cart_events
                 WHERE seq > \(seq) AND (\(ids == nil) OR cart_id = ANY(\(ids ?? [])))
                 ORDER BY seq LIMIT \(Int64(limit))
                 """, logger: logger)
-            for try await (eventSeq, cartID, change, version, committedAt, key) in rows.decode(
-                (Int64, String, String, Int64, Int64, String?).self)
-            {
-                events.append(
-                    try .stored(
-                        seq: eventSeq, cartID: cartID, change: change, version: version, committedAt: committedAt, idempotencyKey: key))
-            }
+            for try await row in rows.decode(CartEvent.StoredRow.self) { events.append(try .stored(row)) }
             return .events(events, latestSeq: latest)
         }
     }

@@ -93,7 +93,7 @@ actor PostgresFollower {
     struct ReadLog: PostgresPreparedStatement {
         static let pageSize = 1_000
         static let sql = """
-            SELECT seq, cart_id, change, cart_version, committed_at, idempotency_key FROM cart_events
+            SELECT \(CartEvent.storedColumns) FROM cart_events
             WHERE seq > $1 ORDER BY seq LIMIT \(pageSize)
             """
         let after: Int64
@@ -103,8 +103,7 @@ actor PostgresFollower {
             return binds
         }
         func decodeRow(_ row: PostgresRow) throws -> CartEvent {
-            let (seq, cartID, change, version, committedAt, key) = try row.decode((Int64, String, String, Int64, Int64, String?).self)
-            return try .stored(seq: seq, cartID: cartID, change: change, version: version, committedAt: committedAt, idempotencyKey: key)
+            try .stored(row.decode(CartEvent.StoredRow.self))
         }
     }
 

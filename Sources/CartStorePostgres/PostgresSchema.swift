@@ -3,12 +3,19 @@ import Foundation
 import Logging
 import PostgresNIO
 
-/// The PostgreSQL schema: `migrations/postgresql/*.sql`, carried in the binary, applied in
+/// The PostgreSQL schema: the files of `Migrations`, carried in the binary, applied in
 /// order, each once, recorded in `fanout_migrations`. Several servers may start at once on one
 /// database: the migrations run in one transaction under an advisory lock, so one applies them
 /// and the others find them applied.
 enum PostgresSchema {
-    static var migrations: [EmbeddedMigration] { embeddedPostgresMigrations }
+    static let migrations = [
+        EmbeddedMigration("0001_create_carts", PackageResources._001_create_carts_sql),
+        EmbeddedMigration("0002_idempotency_keys", PackageResources._002_idempotency_keys_sql),
+        EmbeddedMigration("0003_database_identity", PackageResources._003_database_identity_sql),
+        EmbeddedMigration("0004_presence", PackageResources._004_presence_sql),
+        EmbeddedMigration("0005_lines_without_foreign_key", PackageResources._005_lines_without_foreign_key_sql),
+        EmbeddedMigration("0006_carts_change_through_fanout", PackageResources._006_carts_change_through_fanout_sql),
+    ]
 
     /// The advisory lock key of migrations (any constant; "fanout" in ASCII).
     private static let migrationLock: Int64 = 0x66_61_6e_6f_75_74

@@ -18,11 +18,12 @@ public enum CartLimits {
         return (1...maxIdempotencyKeyLength).contains(bytes.count) && bytes.allSatisfy { (0x21...0x7E).contains($0) }
     }
 
-    /// Cart ids and skus: 1–64 characters of `A-Za-z0-9._-`, other than `.` and `..` (which a
-    /// URL's path cannot carry as a segment).
-    public static func isValidIdentifier(_ value: String) -> Bool {
+    /// Cart ids, skus and presence member keys: 1–`maxLength` characters of `A-Za-z0-9._-`,
+    /// other than `.` and `..` (which a URL's path cannot carry as a segment). The one rule of
+    /// what names a thing.
+    public static func isValidIdentifier(_ value: String, maxLength: Int = maxIdentifierLength) -> Bool {
         let bytes = value.utf8
-        guard (1...maxIdentifierLength).contains(bytes.count), value != ".", value != ".." else { return false }
+        guard (1...maxLength).contains(bytes.count), value != ".", value != ".." else { return false }
         return bytes.allSatisfy { byte in
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),

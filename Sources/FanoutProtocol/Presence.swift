@@ -93,7 +93,8 @@ public enum PresenceLimits {
     public static func check(key: String) throws(FanoutError) {
         guard isValidMemberKey(key) else {
             throw FanoutError(
-                .invalidPresence, "a presence key is 1–\(maxMemberKeyLength) characters of A-Za-z0-9._- (got \(CartLimits.quoted(key)))")
+                .invalidPresence,
+                "a presence key is 1–\(maxMemberKeyLength) characters of A-Za-z0-9._-, other than . and .. (got \(CartLimits.quoted(key)))")
         }
     }
 
@@ -105,13 +106,10 @@ public enum PresenceLimits {
         }
     }
 
-    /// Whether `key` may name a member: 1–64 characters of `A-Za-z0-9._-`.
+    /// Whether `key` may name a member: an identifier as a cart id is
+    /// (`CartLimits.isValidIdentifier`), of at most `maxMemberKeyLength` characters.
     public static func isValidMemberKey(_ key: String) -> Bool {
-        !key.isEmpty && key.utf8.count <= maxMemberKeyLength
-            && key.utf8.allSatisfy { byte in
-                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-                    || byte == 0x2E || byte == 0x5F || byte == 0x2D
-            }
+        CartLimits.isValidIdentifier(key, maxLength: maxMemberKeyLength)
     }
 }
 
@@ -177,7 +175,7 @@ public enum PresenceLeaveReason: String, Codable, Sendable, Hashable, CaseIterab
 /// What a subscription asks of presence: to be present on its carts (and to follow their
 /// presence), under `key`, showing `state`.
 public struct PresenceRequest: Codable, Sendable, Hashable {
-    /// The member's key, 1–64 characters of `A-Za-z0-9._-`, the same across reconnects (a
+    /// The member's key, 1–64 characters of `A-Za-z0-9._-` (not `.` or `..`), the same across reconnects (a
     /// reconnect with it takes the membership over: the others see no leave and join). Nil: the
     /// server makes one, and a reconnect is a new member.
     public var key: String?

@@ -76,7 +76,7 @@ func buildApplication(
             leaseTTL: .nanoseconds(Int64(configuration.leaseTTL.seconds * 1e9)),
             ringCapacity: configuration.ringSize,
             maxSubscribers: configuration.maxSubscribers,
-            presence: .init(maxMembers: configuration.maxPresenceMembers, maxMembersPerUser: configuration.maxPresenceMembersPerUser)),
+            presence: .init(maxMembers: configuration.presenceMaxMembers, maxMembersPerUser: configuration.presenceMaxMembersPerUser)),
         presenceSharing: presenceSharing, logger: logger)
     store.observers.add(hub)
     presenceSharing?.attach(hub.presence)

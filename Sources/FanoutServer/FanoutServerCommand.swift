@@ -33,11 +33,14 @@ struct FanoutServerCommand: AsyncParsableCommand {
         await ArgumentRepair.run(ArgumentRepair.parse(Array(CommandLine.arguments.dropFirst()), as: Self.self), of: Self.self)
     }
 
+    /// The defaults, said once: the flags' defaults are the configuration's.
+    private static let defaults = ServerConfiguration()
+
     @Option(help: "Port to listen on; 0 picks a free one.")
-    var port: Int = 8080
+    var port: Int = defaults.port
 
     @Option(help: "Address to bind. The default accepts local connections only.")
-    var host: String = "127.0.0.1"
+    var host: String = defaults.host
 
     /// `--db` and `--database-url`: one definition for the server and `backup` (an option the
     /// parent declares apart from its subcommand's goes to the parent alone).
@@ -59,20 +62,20 @@ struct FanoutServerCommand: AsyncParsableCommand {
     @OptionGroup var databaseOptions: DatabaseOptions
 
     @Option(help: "Seconds between heartbeats, both ways (fractions allowed).")
-    var heartbeatInterval: Double = 5
+    var heartbeatInterval: Double = defaults.heartbeatInterval.seconds
 
-    @Option(help: "Seconds without a client message before a subscriber is dropped.")
-    var leaseTtl: Double = 15
+    @Option(name: .customLong("lease-ttl"), help: "Seconds without a client message before a subscriber is dropped.")
+    var leaseTTL: Double = defaults.leaseTTL.seconds
 
     @Option(
         name: [.customLong("ring-size"), .customLong("outbox-limit")],
         help: ArgumentHelp(
             "Live events held for all subscribers (the ring): a subscriber further behind is dropped as too slow and resumes from the log. --outbox-limit is its older name.",
             valueName: "events"))
-    var ringSize: Int = 1_024
+    var ringSize: Int = defaults.ringSize
 
     @Option(help: "Most concurrent subscribers (WebSocket and event stream), and most waiting long-polls.")
-    var maxSubscribers: Int = 10_000
+    var maxSubscribers: Int = defaults.maxSubscribers
 
     @Option(
         help:
@@ -105,24 +108,24 @@ struct FanoutServerCommand: AsyncParsableCommand {
         help: ArgumentHelp(
             "Seconds a change's Idempotency-Key is kept to answer a repeat (fractions allowed); pruned within a minute after.",
             valueName: "seconds"))
-    var idempotencyKeysTtl: Double = 86_400
+    var idempotencyKeysTTL: Double = defaults.idempotencyKeysTTL.seconds
 
     @Option(
         name: .customLong("idempotency-keys-max"),
         help: ArgumentHelp("Most Idempotency-Keys kept; past it the oldest are forgotten first.", valueName: "keys"))
-    var idempotencyKeysMax: Int = 1_000_000
+    var idempotencyKeysMax: Int = defaults.idempotencyKeysMax
 
     @Option(
         name: .customLong("presence-max-members"),
         help: ArgumentHelp("Most members of one cart's presence; a subscription past it is refused presence_full.", valueName: "members"))
-    var presenceMaxMembers: Int = 1_000
+    var presenceMaxMembers: Int = defaults.presenceMaxMembers
 
     @Option(
         name: .customLong("presence-max-members-per-user"),
         help: ArgumentHelp(
             "Most members one user (a signed token's sub) may have on one cart; past it a subscription is refused presence_full.",
             valueName: "members"))
-    var presenceMaxMembersPerUser: Int = 10
+    var presenceMaxMembersPerUser: Int = defaults.presenceMaxMembersPerUser
 
     @Option(
         help: ArgumentHelp(
@@ -148,12 +151,12 @@ struct FanoutServerCommand: AsyncParsableCommand {
     func validate() throws {
         guard (0...65_535).contains(port) else { throw ValidationError("--port must be 0…65535") }
         guard heartbeatInterval.isFinite, heartbeatInterval > 0 else { throw ValidationError("--heartbeat-interval must be > 0") }
-        guard leaseTtl.isFinite, leaseTtl > heartbeatInterval else {
+        guard leaseTTL.isFinite, leaseTTL > heartbeatInterval else {
             throw ValidationError("--lease-ttl must be longer than --heartbeat-interval")
         }
         guard ringSize >= 1 else { throw ValidationError("--ring-size must be ≥ 1") }
         guard maxSubscribers >= 1 else { throw ValidationError("--max-subscribers must be ≥ 1") }
-        guard idempotencyKeysTtl.isFinite, idempotencyKeysTtl > 0 else { throw ValidationError("--idempotency-keys-ttl must be > 0") }
+        guard idempotencyKeysTTL.isFinite, idempotencyKeysTTL > 0 else { throw ValidationError("--idempotency-keys-ttl must be > 0") }
         guard idempotencyKeysMax >= 1 else { throw ValidationError("--idempotency-keys-max must be ≥ 1") }
         guard presenceMaxMembers >= 1 else { throw ValidationError("--presence-max-members must be ≥ 1") }
         guard presenceMaxMembersPerUser >= 1 else { throw ValidationError("--presence-max-members-per-user must be ≥ 1") }
@@ -308,13 +311,13 @@ struct FanoutServerCommand: AsyncParsableCommand {
             )
         }
         configuration.heartbeatInterval = .seconds(heartbeatInterval)
-        configuration.leaseTTL = .seconds(leaseTtl)
+        configuration.leaseTTL = .seconds(leaseTTL)
         configuration.ringSize = ringSize
         configuration.maxSubscribers = maxSubscribers
-        configuration.idempotencyKeysTTL = .seconds(idempotencyKeysTtl)
+        configuration.idempotencyKeysTTL = .seconds(idempotencyKeysTTL)
         configuration.idempotencyKeysMax = idempotencyKeysMax
-        configuration.maxPresenceMembers = presenceMaxMembers
-        configuration.maxPresenceMembersPerUser = presenceMaxMembersPerUser
+        configuration.presenceMaxMembers = presenceMaxMembers
+        configuration.presenceMaxMembersPerUser = presenceMaxMembersPerUser
         configuration.token = token ?? environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         configuration.jwtSecret = signing.secret(environment: environment)
         configuration.jwtAudience = jwtAudience

@@ -50,9 +50,9 @@ struct ServerConfiguration: Sendable {
     /// The most idempotency keys kept; past it the oldest go (`--idempotency-keys-max`).
     var idempotencyKeysMax = 1_000_000
     /// The most members of one cart's presence (`--presence-max-members`).
-    var maxPresenceMembers = 1_000
+    var presenceMaxMembers = 1_000
     /// The most members one user may have on one cart (`--presence-max-members-per-user`).
-    var maxPresenceMembersPerUser = 10
+    var presenceMaxMembersPerUser = 10
     /// TLS on every connection (`--tls-cert`, `--tls-key`): `https://` and `wss://`. `nil`: none,
     /// for loopback or behind a proxy that ends TLS.
     var tls: TLSConfiguration?

@@ -207,6 +207,9 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
         choosing choose: (Reference.Interest) -> Value?, _ body: @escaping @Sendable (Observer, Value) -> Void
     ) {
         let registrations = snapshot()
+        /// The synchronous deliveries of a set that defers them: one call for all of them,
+        /// appended once (a closure and two locks per observer cost more than the call).
+        var deferredCalls: [(Registration, Value)] = []
         // Iterating the buffer borrows each registration instead of retaining it: with weak
         // loads already the bulk of a delivery, that retain/release pair is worth avoiding.
         let sawDead = registrations.withUnsafeBufferPointer { buffer in
@@ -217,9 +220,22 @@ public final class WeakObserverSet<Reference: WeakObserverReference>: Sendable {
                     sawDead = true
                     continue
                 }
-                deliver(value, to: registration, observer, body)
+                if deferred != nil, registration.queue == nil {
+                    deferredCalls.append((registration, value))
+                } else {
+                    deliver(value, to: registration, observer, body)
+                }
             }
             return sawDead
+        }
+        if let deferred, !deferredCalls.isEmpty {
+            deferred.append { [deferredCalls] in
+                for (registration, value) in deferredCalls {
+                    if let observer = registration.liveObserver {
+                        registration.call(observer) { body($0, value) }
+                    }
+                }
+            }
         }
         if sawDead {
             sweep()

@@ -6,7 +6,7 @@ import Foundation
 
 /// `fanout-client`: watch carts change, and change them, from a terminal.
 @main
-struct FanoutClient: AsyncParsableCommand {
+struct FanoutClientCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fanout-client",
         abstract: "Watch and change the carts of a fanout-server.",

@@ -4,21 +4,27 @@ import GRDB
 import Testing
 
 @testable import CartStore
+@testable import CartStorePostgres
 
 @Suite("Migrations")
 struct MigrationTests {
-    static let migrationsDirectory = URL(fileURLWithPath: #filePath)
+    static let sources = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appending(path: "migrations")
+        .appending(path: "Sources")
 
-    @Test func theBinaryCarriesExactlyTheFilesInMigrations() throws {
-        let files = try FileManager.default.contentsOfDirectory(at: Self.migrationsDirectory, includingPropertiesForKeys: nil)
+    /// A migration file added to a folder but not to Package.swift's resources and the
+    /// engine's list would never run: each engine carries exactly its folder's files.
+    @Test(arguments: [
+        ("CartStore/SQLite/Migrations", Schema.migrations), ("CartStorePostgres/Migrations", PostgresSchema.migrations),
+    ])
+    func theBinaryCarriesExactlyTheFilesOfItsMigrationsFolder(folder: String, carried: [EmbeddedMigration]) throws {
+        let files = try FileManager.default.contentsOfDirectory(at: Self.sources.appending(path: folder), includingPropertiesForKeys: nil)
             .filter { $0.pathExtension == "sql" }
             .sorted { $0.lastPathComponent < $1.lastPathComponent }
         #expect(!files.isEmpty)
-        #expect(Schema.migrations.map(\.name) == files.map { $0.deletingPathExtension().lastPathComponent })
-        for (carried, file) in zip(Schema.migrations, files) {
-            #expect(carried.sql == (try String(contentsOf: file, encoding: .utf8)), "\(carried.name) differs from its file")
+        #expect(carried.map(\.name) == files.map { $0.deletingPathExtension().lastPathComponent })
+        for (migration, file) in zip(carried, files) {
+            #expect(migration.sql == (try String(contentsOf: file, encoding: .utf8)), "\(migration.name) differs from its file")
         }
         #expect(CartStore.schemaMigrations == Schema.migrations.map(\.name))
     }

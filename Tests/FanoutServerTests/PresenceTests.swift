@@ -112,7 +112,7 @@ struct PresenceTests {
     }
 
     @Test func refusedPresenceSaysWhyAndSubscribesToNothing() async throws {
-        try await withServer({ $0.maxPresenceMembers = 1 }) { port, server in
+        try await withServer({ $0.presenceMaxMembers = 1 }) { port, server in
             let first = TestSubscriber(port: port)
             try await first.subscribe(carts: ["a"], presence: PresenceRequest(key: "first"))
             await eventually("the first member") { !first.members(of: "a").isEmpty }
@@ -188,7 +188,7 @@ struct PresenceTests {
     /// browser's EventSource opened it again every second for as long as the cart was full. A
     /// member coming back with its own key is no new member, and is let in.
     @Test func anEventStreamToAFullCartIsRefused409BeforeTheStream() async throws {
-        try await withServer({ $0.maxPresenceMembers = 1 }) { port, server in
+        try await withServer({ $0.presenceMaxMembers = 1 }) { port, server in
             let member = try await EventStreamClient(port: port, path: "/subscribe?carts=a&presenceKey=first")
             await eventually("the first member") { server.hub.presence.members(of: "a").map(\.member) == ["first"] }
             for path in [

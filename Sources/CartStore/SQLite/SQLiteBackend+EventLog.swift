@@ -66,14 +66,14 @@ extension SQLiteBackend {
         if let carts {
             statement = try db.cachedStatement(
                 sql: """
-                    SELECT seq, cart_id, change, cart_version, committed_at, idempotency_key FROM cart_events
+                    SELECT \(CartEvent.storedColumns) FROM cart_events
                     WHERE seq > ? AND cart_id IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?
                     """)
             arguments = [seq, jsonArray(carts), limit]
         } else {
             statement = try db.cachedStatement(
                 sql:
-                    "SELECT seq, cart_id, change, cart_version, committed_at, idempotency_key FROM cart_events WHERE seq > ? ORDER BY seq LIMIT ?"
+                    "SELECT \(CartEvent.storedColumns) FROM cart_events WHERE seq > ? ORDER BY seq LIMIT ?"
             )
             arguments = [seq, limit]
         }
@@ -81,8 +81,7 @@ extension SQLiteBackend {
         let rows = try Row.fetchCursor(statement, arguments: arguments)
         while let row = try rows.next() {
             events.append(
-                try .stored(
-                    seq: row[0], cartID: row[1], change: row[2], version: row[3], committedAt: row[4], idempotencyKey: row[5]))
+                try .stored((row[0], row[1], row[2], row[3], row[4], row[5])))
         }
         return .events(events, latestSeq: latest)
     }

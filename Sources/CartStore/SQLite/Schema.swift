@@ -1,7 +1,8 @@
 import Foundation
 import GRDB
 
-/// One numbered SQL file of `migrations/`, compiled into the binary by the EmbedMigrations plugin.
+/// One numbered SQL file of a target's `Migrations` folder, compiled into the binary
+/// (`.embedInCode` in Package.swift: `PackageResources`).
 package struct EmbeddedMigration: Sendable {
     package let name: String
     package let sql: String
@@ -10,15 +11,26 @@ package struct EmbeddedMigration: Sendable {
         self.name = name
         self.sql = sql
     }
+
+    /// The migration `name` of a file's bytes, as `PackageResources` holds them.
+    package init(_ name: String, _ bytes: [UInt8]) {
+        self.init(name: name, sql: String(decoding: bytes, as: UTF8.self))
+    }
 }
 
-/// The database schema: the embedded migrations, applied in order, each once.
+/// The database schema: the migrations of `SQLite/Migrations`, applied in order, each once. A
+/// new one is a file there, a line in Package.swift's resources and one here; a test checks the
+/// folder and this list agree.
 enum Schema {
-    static var migrations: [EmbeddedMigration] { embeddedMigrations }
+    static let migrations = [
+        EmbeddedMigration("0001_create_carts", PackageResources._001_create_carts_sql),
+        EmbeddedMigration("0002_idempotency_keys", PackageResources._002_idempotency_keys_sql),
+        EmbeddedMigration("0003_database_identity", PackageResources._003_database_identity_sql),
+    ]
 
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
-        for migration in embeddedMigrations {
+        for migration in migrations {
             migrator.registerMigration(migration.name) { db in
                 try db.execute(sql: migration.sql)
             }

@@ -13,7 +13,7 @@ import ServiceLifecycle
 /// one) and ring the writer, which writes everything pending in one transaction and notifies
 /// `fanout_presence`; each node reads the whole table at once when another node notifies, and
 /// every `heartbeatInterval` anyway. See docs/ARCHITECTURE.md and
-/// migrations/postgresql/0004_presence.sql.
+/// Migrations/0004_presence.sql.
 ///
 /// Timing on a healthy database: another node's view has a change within a write and a read
 /// (milliseconds), or by its next poll (`heartbeatInterval`) if the notification was lost; a

@@ -1,6 +1,6 @@
 import PostgresNIO
 
-/// The statements of `PostgresPresence` (migrations/postgresql/0004_presence.sql), prepared once
+/// The statements of `PostgresPresence` (Migrations/0004_presence.sql), prepared once
 /// per connection. Times are the database's clock, never a node's.
 enum PresenceStatements {
     static let channel = "fanout_presence"
