@@ -30,27 +30,9 @@ struct CartCommand: AsyncParsableCommand {
         }
     }
 
-    struct Connection: ParsableArguments {
-        @Option(help: "The server's base URL.")
-        var url: String = "http://127.0.0.1:8080"
-
-        @Option(help: "Bearer token, if the server requires one (or set FANOUT_TOKEN).")
-        var token: String?
-
-        @OptionGroup var trust: TrustOptions
-
-        func api() throws -> CartServerAPI {
-            guard let base = URL(string: url), let scheme = base.scheme, ["http", "https"].contains(scheme), base.host != nil else {
-                throw ValidationError("--url must be an http:// or https:// URL (got \(url))")
-            }
-            let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
-            return CartServerAPI(baseURL: base, credentials: token.map(Credentials.token) ?? .none, trust: try trust.trust())
-        }
-    }
-
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List every cart.", discussion: "Example: fanout-client cart list")
-        @OptionGroup var connection: Connection
+        @OptionGroup var connection: ServerConnection
 
         func run() async throws {
             let answer = try await connection.api().carts()
@@ -61,7 +43,7 @@ struct CartCommand: AsyncParsableCommand {
 
     struct Show: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Show one cart.", discussion: "Example: fanout-client cart show alice")
-        @OptionGroup var connection: Connection
+        @OptionGroup var connection: ServerConnection
         @Argument(help: "Cart id.") var cartID: String
 
         func validate() throws { try CartCommand.check(cart: cartID) }
@@ -76,7 +58,7 @@ struct CartCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Add an item (or more of it) to a cart.",
             discussion: "Example: fanout-client cart add alice apple --quantity 2 --price 50 --name Apple")
-        @OptionGroup var connection: Connection
+        @OptionGroup var connection: ServerConnection
         @Argument(help: "Cart id.") var cartID: String
         @Argument(help: "Item sku.") var sku: String
         // Unconditional: `--price -5` reads -5, refused below as a price, not "missing value".
@@ -96,7 +78,7 @@ struct CartCommand: AsyncParsableCommand {
     struct Set: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Set the quantity of an item (0 removes it).", discussion: "Example: fanout-client cart set alice apple 5")
-        @OptionGroup var connection: Connection
+        @OptionGroup var connection: ServerConnection
         @Argument(help: "Cart id.") var cartID: String
         @Argument(help: "Item sku.") var sku: String
         @Argument(help: "New quantity (0…10000).") var quantity: Int
@@ -111,7 +93,7 @@ struct CartCommand: AsyncParsableCommand {
     struct Remove: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Remove an item from a cart.", discussion: "Example: fanout-client cart remove alice apple")
-        @OptionGroup var connection: Connection
+        @OptionGroup var connection: ServerConnection
         @Argument(help: "Cart id.") var cartID: String
         @Argument(help: "Item sku.") var sku: String
 
@@ -125,7 +107,7 @@ struct CartCommand: AsyncParsableCommand {
     struct Clear: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Remove every item of a cart.", discussion: "Example: fanout-client cart clear alice")
-        @OptionGroup var connection: Connection
+        @OptionGroup var connection: ServerConnection
         @Argument(help: "Cart id.") var cartID: String
 
         func validate() throws { try CartCommand.check(cart: cartID) }

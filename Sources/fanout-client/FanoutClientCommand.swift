@@ -12,7 +12,7 @@ struct FanoutClientCommand: AsyncParsableCommand {
         abstract: "Watch and change the carts of a fanout-server.",
         discussion: """
             Examples:
-              fanout-client subscribe --url ws://127.0.0.1:8080/subscribe
+              fanout-client subscribe --url http://127.0.0.1:8080
               fanout-client cart add alice apple --quantity 2 --price 50
             """,
         version: FanoutVersion.current,

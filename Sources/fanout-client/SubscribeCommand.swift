@@ -28,8 +28,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         case json, text
     }
 
-    @Option(help: "The server's WebSocket URL.")
-    var url: String = "ws://127.0.0.1:8080/subscribe"
+    @OptionGroup var connection: ServerConnection
 
     @Option(name: .customLong("cart"), help: "Only this cart (repeatable); all carts when absent.")
     var carts: [String] = []
@@ -46,12 +45,7 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Option(help: "json: one JSON object per line (with type and seq); text: for people.")
     var format: Format = .json
 
-    @Option(help: "Bearer token, if the server requires one (or set FANOUT_TOKEN).")
-    var token: String?
-
-    @OptionGroup var trust: TrustOptions
-
-    @Option(help: "websocket, or sse: the same subscription as Server-Sent Events (--url keeps its ws:// form).")
+    @Option(help: "websocket, or sse: the same subscription as Server-Sent Events.")
     var transport: FanoutSubscription.Transport = .webSocket
 
     @Flag(help: "Be present on the carts (named with --cart, or by the token) and print their presence.")
@@ -67,11 +61,6 @@ struct SubscribeCommand: AsyncParsableCommand {
     var presenceState: String?
 
     func validate() throws {
-        guard let components = URLComponents(string: url), ["ws", "wss"].contains(components.scheme ?? ""),
-            components.host?.isEmpty == false
-        else {
-            throw ValidationError("--url must be a ws:// or wss:// URL (got \(url))")
-        }
         do {
             for cart in carts { try CartLimits.checkCartID(cart) }
         } catch {
@@ -105,7 +94,6 @@ struct SubscribeCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let token = token ?? ProcessInfo.processInfo.environment["FANOUT_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         let position: any ResumePosition
         do {
             position = try stateFile.map { try FileResumePosition(file: URL(fileURLWithPath: $0)) } ?? MemoryResumePosition()
@@ -114,13 +102,8 @@ struct SubscribeCommand: AsyncParsableCommand {
         }
         let start = since ?? position.last
         let printer = EventPrinter(format: format, position: position, start: start)
-        guard var server = URLComponents(string: url) else { throw ClientFailure("bad URL \(url)") }
-        server.scheme = server.scheme == "wss" ? "https" : "http"
-        server.path = ""
-        server.query = nil
-        guard let serverURL = server.url else { throw ClientFailure("bad URL \(url)") }
         let subscription = FanoutSubscription(
-            server: serverURL, transport: transport, credentials: token.map(Credentials.token) ?? .none, trust: try trust.trust())
+            server: try connection.server(), transport: transport, credentials: connection.credentials, trust: try connection.trust.trust())
         // The watch must live as long as the subscription: a released one stops acting on
         // signals. `_ = watch` after the call did not keep an earlier version alive: an
         // optimised build released it at once (Ctrl-C did nothing). `withExtendedLifetime` has

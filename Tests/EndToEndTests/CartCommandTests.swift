@@ -72,5 +72,11 @@ struct CartCommandTests {
             #expect(answer.status == 64, "\(arguments): \(answer.error)")
             #expect(answer.error.contains(rule), "\(arguments): \(answer.error)")
         }
+        // One server address for both commands: not a server's, it is refused by both alike.
+        for command in [["subscribe"], ["cart", "list"]] {
+            let answer = try await Self.client(command + ["--url", "ftp://127.0.0.1:1"])
+            #expect(answer.status == 64, "\(command): \(answer.error)")
+            #expect(answer.error.contains("--url must be the server's http:// or https:// address"), "\(command): \(answer.error)")
+        }
     }
 }

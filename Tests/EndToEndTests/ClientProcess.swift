@@ -21,13 +21,14 @@ final class SubscribeProcess: Sendable {
     let process: ChildProcess
     private let lines: NIOLockedValueBox<[Line]>
 
-    /// - Parameter scheme: `ws`, or `wss` for a server with TLS (with `--cacert` in `arguments`).
+    /// - Parameter scheme: `ws`, or `wss` for a server with TLS (with `--cacert` in `arguments`):
+    ///   given as the server's address, `http://` or `https://` (the one `--url` of both commands).
     init(port: Int, scheme: String = "ws", arguments: [String] = []) async throws {
         let lines = NIOLockedValueBox<[Line]>([])
         self.lines = lines
         process = try await ChildProcess(
             ServerProcess.executable("fanout-client"),
-            ["subscribe", "--url", "\(scheme)://127.0.0.1:\(port)/subscribe", "--format", "json"] + arguments,
+            ["subscribe", "--url", "\(scheme == "wss" ? "https" : "http")://127.0.0.1:\(port)", "--format", "json"] + arguments,
             onOutputLine: { text in
                 guard let object = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any],
                     let type = object["type"] as? String, let seq = (object["seq"] as? NSNumber)?.int64Value
