@@ -91,6 +91,7 @@ let package = Package(
             name: "FanoutClient",
             dependencies: [
                 "FanoutProtocol",
+                "FanoutConcurrency",
                 "WeakObservers",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -108,11 +109,21 @@ let package = Package(
             name: "FanoutTesting",
             dependencies: ["FanoutClient", "WeakObservers", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
+        // What waits and what is kept in order, shared by the store, the server and the client:
+        // a wait bounded by a deadline (`Deadline`), a run of consecutive seqs in memory
+        // (`SeqRun`), the wake-ups of a loop (`WakeUps`), a count of open things to wait out
+        // (`OpenCount`). Foundation and SwiftNIO's helpers only, as the libraries apps import.
+        .target(
+            name: "FanoutConcurrency",
+            dependencies: [
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"), .product(name: "DequeModule", package: "swift-collections"),
+            ]
+        ),
         .target(name: "ProcessSignals"),
         // An event loop as a task's preferred executor: the server's connections, the PostgreSQL engine's batches.
         .target(
             name: "EventLoopExecutor",
-            dependencies: ["FanoutProtocol", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: ["FanoutConcurrency", .product(name: "NIOCore", package: "swift-nio")]
         ),
         // Carts and their event log in SQLite, observed in process; the engine protocol that
         // CartStorePostgres implements too.
@@ -120,6 +131,7 @@ let package = Package(
             name: "CartStore",
             dependencies: [
                 "FanoutProtocol",
+                "FanoutConcurrency",
                 "WeakObservers",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 // NIOLockedValueBox, the lock of shared state (see docs/ARCHITECTURE.md).
@@ -142,6 +154,7 @@ let package = Package(
             dependencies: [
                 "CartStore",
                 "EventLoopExecutor",
+                "FanoutConcurrency",
                 serverOnly("PostgresNIO", "postgres-nio"),
                 serverOnly("ServiceLifecycle", "swift-service-lifecycle"),
                 // `sslmode`: the connections' TLS (PostgresNIO's, over swift-nio-ssl).
@@ -165,6 +178,7 @@ let package = Package(
                 "CartStore",
                 "CartStorePostgres",
                 "EventLoopExecutor",
+                "FanoutConcurrency",
                 "FanoutProtocol",
                 "ProcessSignals",
                 "CommandLineRepair",
@@ -253,6 +267,7 @@ let package = Package(
             path: "Tests/FanoutTestSupport"
         ),
         .testTarget(name: "FanoutProtocolTests", dependencies: ["FanoutProtocol"]),
+        .testTarget(name: "FanoutConcurrencyTests", dependencies: ["FanoutConcurrency"]),
         // Runs the real executables; depends on them so `swift test` builds them.
         .testTarget(
             name: "EndToEndTests",
@@ -267,7 +282,7 @@ let package = Package(
         .testTarget(
             name: "FanoutClientTests",
             dependencies: [
-                "FanoutClient", "fanout-client", "FanoutTestSupport", "FanoutServer", "CartStore", "WeakObservers",
+                "FanoutClient", "fanout-client", "FanoutTestSupport", "FanoutServer", "CartStore", "WeakObservers", "FanoutConcurrency",
                 serverOnly("Clocks", "swift-clocks"),
                 // A cache file held by another connection (`CacheFileTests`).
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -294,6 +309,7 @@ let package = Package(
             dependencies: [
                 "FanoutServer",
                 "EventLoopExecutor",
+                "FanoutConcurrency",
                 "FanoutTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 serverOnly("HummingbirdTesting", "hummingbird"),

@@ -1,4 +1,5 @@
 import CartStore
+import FanoutConcurrency
 import Foundation
 import Logging
 import NIOConcurrencyHelpers

@@ -1,5 +1,6 @@
 import CartStore
 import EventLoopExecutor
+import FanoutConcurrency
 import NIOConcurrencyHelpers
 import PostgresNIO
 

@@ -1,4 +1,4 @@
-import FanoutProtocol
+import FanoutConcurrency
 import NIOCore
 
 /// An event loop as the executor a task prefers: the task runs on the thread that reads and

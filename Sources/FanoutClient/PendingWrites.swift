@@ -112,7 +112,7 @@ extension Replica {
     /// change's number, to wait (outside the lock) until it is synced.
     func addPending(_ write: PendingWrite, observers: RemoteCartStore.Observers) throws(RemoteStoreError) -> (ReplicaFile, Int)? {
         try withLock { () throws(RemoteStoreError) in
-            guard !state.closed else { throw RemoteStoreError.unexpectedAnswer("the store is closed") }
+            guard !state.closed else { throw RemoteStoreError.storeClosed }
             guard state.pending.count < RemoteCartStore.maxPendingWrites else {
                 throw RemoteStoreError.tooManyPendingWrites(RemoteCartStore.maxPendingWrites)
             }

@@ -398,7 +398,8 @@ extension RemoteCartStore {
     ///   - expectedVersion: the version the cart must be at on the server (0: must not exist
     ///     yet); a write made offline against an old version is refused (`version_conflict`).
     /// - Throws: `RemoteStoreError.invalid` for values the server would refuse (not taken),
-    ///   `.tooManyPendingWrites` when `maxPendingWrites` wait already.
+    ///   `.tooManyPendingWrites` when `maxPendingWrites` wait already, `.storeClosed` after
+    ///   `close()`.
     @discardableResult
     public func write(_ write: CartWrite, to cartID: String, expectedVersion: Int64? = nil) async throws(RemoteStoreError) -> PendingWrite {
         try CartServerAPI.check { () throws(FanoutError) in
@@ -480,7 +481,7 @@ extension RemoteStoreError {
         case .unreachable, .unexpectedAnswer: true
         case .refused(let status, let code, _, _, _):
             status >= 500 || status == 401 || status == 408 || status == 429 || code?.isRetryable == true
-        case .invalid, .tooManyPendingWrites, .pendingWriteExpired: false
+        case .invalid, .tooManyPendingWrites, .pendingWriteExpired, .storeClosed: false
         }
     }
 }

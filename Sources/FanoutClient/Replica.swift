@@ -1,3 +1,4 @@
+import FanoutConcurrency
 import FanoutProtocol
 import Foundation
 import NIOConcurrencyHelpers

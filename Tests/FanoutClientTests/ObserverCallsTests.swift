@@ -87,6 +87,17 @@ struct ObserverCallsTests {
         await store.close()
     }
 
+    @Test func aClosedStoreTakesNoWriteAndSaysWhy() async throws {
+        let store = try await Self.loadedStore(observing: Recorder())
+        await store.close()
+        do {
+            try await store.addItem("apple", quantity: 1, unitPriceCents: 50, to: "alice")
+            Issue.record("a closed store took a write")
+        } catch RemoteStoreError.storeClosed {
+            #expect(store.pendingWrites.isEmpty)
+        }
+    }
+
     @Test func callsAreMadeInOrderOneAtATimeAndAProducerWaitsForRoomPastTheLimit() async throws {
         let calls = DeferredCalls(limit: 4)
         let made = NIOLockedValueBox<[Int]>([])

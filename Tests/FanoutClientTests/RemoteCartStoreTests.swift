@@ -2,6 +2,7 @@ import CartStore
 import Clocks
 import Dispatch
 import FanoutClient
+import FanoutConcurrency
 import FanoutTestSupport
 import Foundation
 import NIOConcurrencyHelpers

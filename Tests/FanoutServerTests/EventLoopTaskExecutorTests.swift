@@ -1,4 +1,5 @@
 import EventLoopExecutor
+import FanoutConcurrency
 import FanoutProtocol
 import FanoutTestSupport
 import Foundation

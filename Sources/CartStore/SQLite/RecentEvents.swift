@@ -1,3 +1,4 @@
+import FanoutConcurrency
 import NIOConcurrencyHelpers
 
 /// The newest committed events of a SQLite store, kept by its writer, so that a page of the
@@ -82,3 +83,6 @@ final class RecentEvents: Sendable {
         }
     }
 }
+
+/// An event's place in the log, for the runs of events kept in memory (`SeqRun`).
+extension CartEvent: Sequenced {}

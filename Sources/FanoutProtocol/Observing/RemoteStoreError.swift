@@ -21,6 +21,8 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
     /// `pendingWriteLifetime` for the server: it was rolled back and is not sent again. (If an
     /// earlier sending was committed and its answer lost, its event still arrives.)
     case pendingWriteExpired(Date)
+    /// The `RemoteCartStore` was closed (`close()`): it takes no more writes.
+    case storeClosed
 
     /// The server's error code, when it answered with one.
     public var code: FanoutErrorCode? {
@@ -61,6 +63,7 @@ public enum RemoteStoreError: Error, Sendable, CustomStringConvertible {
             "a write made at \(madeAt) waited too long for the server and was rolled back (RemoteCartStore's pendingWriteLifetime)"
         case .tooManyPendingWrites(let limit):
             "\(limit) writes are waiting for the server already: wait for some to be confirmed (RemoteCartStore.maxPendingWrites)"
+        case .storeClosed: "the store is closed: it takes no more writes"
         }
     }
 }

@@ -1,4 +1,5 @@
 import CartStore
+import FanoutConcurrency
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -159,7 +160,7 @@ final class FanoutHub: CartStoreObserver {
     private let deliveries = Synchronization.Atomic<Int>(0)
     /// Subscriber connections not yet closed, ended or not: shutdown waits for their close
     /// handshakes, so that every close frame reaches its client before the process exits.
-    private let openConnections = Synchronization.Atomic<Int>(0)
+    private let openConnections = OpenCount()
     private let latest: Synchronization.Atomic<Int64>
     /// How many subscribers each recent event was for, for the mutation responses.
     private let deliveredCounts = NIOLockedValueBox(DeliveredCounts(capacity: 4_096))
@@ -271,15 +272,12 @@ final class FanoutHub: CartStoreObserver {
     var isShuttingDown: Bool { registry.withLockedValue { $0.shuttingDown } }
 
     /// A transport's connection opened or closed (its channel went inactive).
-    func connectionOpened() { openConnections.add(1, ordering: .relaxed) }
-    func connectionClosed() { openConnections.subtract(1, ordering: .relaxed) }
+    func connectionOpened() { openConnections.opened() }
+    func connectionClosed() { openConnections.closed() }
 
     /// After `shutDown`: waits until every subscriber connection has closed, or `limit` passed.
     func waitForConnectionsToClose(within limit: Duration) async {
-        let deadline = ContinuousClock.now + limit
-        while openConnections.load(ordering: .relaxed) > 0, ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
+        await openConnections.waitForNone(until: .now + limit)
     }
 
     /// Sends every live subscriber that has everything a heartbeat saying so (encoded once).
@@ -341,7 +339,7 @@ final class FanoutHub: CartStoreObserver {
                     )
                 }),
             waitingPolls: longPolls.count,
-            connections: openConnections.load(ordering: .relaxed),
+            connections: openConnections.value,
             waitingChanges: store.waitingChanges,
             engine: store.engineName,
             behindBy: nil,

@@ -1,4 +1,5 @@
 import CartStore
+import FanoutConcurrency
 import NIOConcurrencyHelpers
 
 /// The most recent events, as shared bytes: the one buffer between the store and the live

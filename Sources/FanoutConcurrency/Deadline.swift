@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// The one way this package bounds a wait by a deadline: the server's long-polls and catch-ups
@@ -21,10 +22,10 @@ package enum Deadline {
         let race = Race<T>()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                race.caller.withLock { $0 = continuation }
+                race.caller.withLockedValue { $0 = continuation }
                 let expire: @Sendable () -> Void = {
                     guard let caller = race.take() else { return }
-                    race.worker.withLock { $0 }?.cancel()
+                    race.worker.withLockedValue { $0 }?.cancel()
                     caller.resume(throwing: expired())
                 }
                 let cancelTimer: @Sendable () -> Void
@@ -48,24 +49,24 @@ package enum Deadline {
                     cancelTimer()
                     caller.resume(with: result)
                 }
-                race.worker.withLock { $0 = worker }
+                race.worker.withLockedValue { $0 = worker }
                 if race.cancelled.load(ordering: .acquiring) { worker.cancel() }
             }
         } onCancel: {
             race.cancelled.store(true, ordering: .releasing)
-            race.worker.withLock { $0 }?.cancel()
+            race.worker.withLockedValue { $0 }?.cancel()
         }
     }
 
     /// What the caller, the timer and the worker share.
     private final class Race<T: Sendable>: Sendable {
-        let caller = Mutex<CheckedContinuation<T, any Error>?>(nil)
-        let worker = Mutex<Task<Void, Never>?>(nil)
+        let caller = NIOLockedValueBox<CheckedContinuation<T, any Error>?>(nil)
+        let worker = NIOLockedValueBox<Task<Void, Never>?>(nil)
         let cancelled = Atomic(false)
 
         /// The caller, once: whoever takes it answers.
         func take() -> CheckedContinuation<T, any Error>? {
-            caller.withLock { caller in
+            caller.withLockedValue { caller in
                 defer { caller = nil }
                 return caller
             }

@@ -5,8 +5,6 @@ package protocol Sequenced {
     var seq: Int64 { get }
 }
 
-extension CartEvent: Sequenced {}
-
 /// The newest part of the log in memory: a run of elements whose seqs follow one another
 /// without a gap, the newest last, at most `capacity` of them. The SQLite writer's recent events
 /// (`RecentEvents`) and the server's live ring are one each.

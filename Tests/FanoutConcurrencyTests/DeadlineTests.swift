@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import FanoutProtocol
+@testable import FanoutConcurrency
 
 /// The one bounded wait: what the server's long-polls, FanoutClient's requests and every use of
 /// a PostgreSQL connection rely on to answer by their deadline.

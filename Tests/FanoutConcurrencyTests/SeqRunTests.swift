@@ -1,6 +1,6 @@
 import Testing
 
-@testable import CartStore
+@testable import FanoutConcurrency
 
 /// The one run of consecutive seqs in memory that the SQLite writer's recent events and the
 /// server's live ring both keep.

@@ -1,0 +1,75 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import FanoutConcurrency
+
+/// The wake-ups of a subscription's loop, and the count of open connections a server's
+/// shutdown waits out.
+@Suite("Wake-ups and open counts")
+struct WakeUpsAndOpenCountTests {
+    /// A flag set on one task and read on another.
+    final class Flag: Sendable {
+        private let atomic = Atomic(false)
+        func set() { atomic.store(true, ordering: .releasing) }
+        var isSet: Bool { atomic.load(ordering: .acquiring) }
+    }
+
+    @Test func aWakeUpEndsAWaitOrIsKeptForTheNextOne() async {
+        let wakeUps = WakeUps()
+        // Nothing waits: kept (one at most) for the next wait, which returns at once.
+        wakeUps.wake()
+        wakeUps.wake()
+        await wakeUps.next()
+        // A wait with nothing kept waits until the next wake-up.
+        let woken = Flag()
+        let waiting = Task {
+            await wakeUps.next()
+            woken.set()
+        }
+        #expect(!woken.isSet)
+        wakeUps.wake()
+        await waiting.value
+        #expect(woken.isSet, "the second wake-up of the first pair was folded into the first")
+    }
+
+    @Test func aWakeUpInterruptsWhatRunsAndSaysSo() async throws {
+        let wakeUps = WakeUps()
+        let started = Flag()
+        let running = Task {
+            try await wakeUps.interrupting {
+                started.set()
+                try await Task.sleep(for: .seconds(60))
+            }
+        }
+        while !started.isSet { await Task.yield() }
+        wakeUps.wake()
+        await #expect(throws: CancellationError.self) { try await running.value }
+        #expect(wakeUps.wokeUp)
+        // What runs to its end is not interrupted.
+        try await wakeUps.interrupting {}
+        #expect(!wakeUps.wokeUp)
+    }
+
+    @Test func theWaitForNoneEndsWithTheLastCloseOrAtItsDeadline() async {
+        let count = OpenCount()
+        await count.waitForNone(until: .now + .seconds(60))  // none open: at once
+        count.opened()
+        count.opened()
+        let ended = Flag()
+        let waiting = Task {
+            await count.waitForNone(until: .now + .seconds(60))
+            ended.set()
+        }
+        count.closed()
+        #expect(count.value == 1)
+        count.closed()
+        await waiting.value
+        #expect(ended.isSet, "the last close ends the wait, not its deadline a minute later")
+
+        count.opened()
+        await count.waitForNone(until: .now + .milliseconds(10))
+        #expect(count.value == 1, "still open: the wait ended at its deadline")
+        await count.waitForNone(until: .now - .seconds(1))  // a deadline past: at once
+    }
+}
