@@ -112,7 +112,7 @@ extension Replica {
     /// change's number, to wait (outside the lock) until it is synced.
     func addPending(_ write: PendingWrite, observers: RemoteCartStore.Observers) throws(RemoteStoreError) -> (ReplicaFile, Int)? {
         try withLock { () throws(RemoteStoreError) in
-            guard !state.closed else { throw RemoteStoreError.storeClosed }
+            guard !state.lifecycle.closed else { throw RemoteStoreError.storeClosed }
             guard state.pending.count < RemoteCartStore.maxPendingWrites else {
                 throw RemoteStoreError.tooManyPendingWrites(RemoteCartStore.maxPendingWrites)
             }
@@ -138,8 +138,7 @@ extension Replica {
     func answered(_ id: String, seq: Int64, observers: RemoteCartStore.Observers) {
         withLock {
             guard let write = state.pending.answer(id, seq: seq) else { return }
-            let followed = state.loaded && state.covered?.contains(write.cartID) == true
-            if !followed || state.seq >= seq {
+            if !state.held.holds(write.cartID) || state.held.seq >= seq {
                 state.pending.end(id, .confirmed(seq: seq))
                 tellPending(of: write.cartID, observers: observers)
             }
@@ -150,7 +149,7 @@ extension Replica {
     func rejected(_ id: String, because error: RemoteStoreError, observers: RemoteCartStore.Observers) {
         withLock {
             guard let write = state.pending.end(id, .rejected(error)) else { return }
-            if !state.closed, let store = store.withLockedValue(\.store) {
+            if !state.lifecycle.closed, let store = store.withLockedValue(\.store) {
                 observers.registry.notify(where: { $0.isLoaded && $0.selection.contains(write.cartID) }) { observer, _ in
                     observer.cartSource(store, didReject: write, because: error)
                 }
@@ -163,7 +162,7 @@ extension Replica {
     /// writes it confirms, and tells the observers what to show if it had any. Under the lock.
     func settlePending(of cartID: String, confirmedKey: String? = nil, observers: RemoteCartStore.Observers) {
         let had = !state.pending.of(cartID).isEmpty
-        _ = state.pending.settle(cartID, appliedSeq: state.seq, confirmedKey: confirmedKey)
+        _ = state.pending.settle(cartID, appliedSeq: state.held.seq, confirmedKey: confirmedKey)
         if had { tellPending(of: cartID, observers: observers) }
     }
 
@@ -177,9 +176,9 @@ extension Replica {
     /// Tells the observers of `cartID` its pending writes and the cart to show. Under the lock.
     func tellPending(of cartID: String, observers: RemoteCartStore.Observers) {
         for id in state.pending.takeEnded() { file?.removePending(id) }
-        guard !state.closed, let store = store.withLockedValue(\.store) else { return }
+        guard !state.lifecycle.closed, let store = store.withLockedValue(\.store) else { return }
         let pending = state.pending.of(cartID)
-        let shown = (state.carts[cartID] ?? Cart(id: cartID)).applying(pending)
+        let shown = state.held.shown(cartID, with: pending)
         observers.registry.notify(where: { $0.isLoaded && $0.selection.contains(cartID) }) { observer, _ in
             observer.cartSource(store, didChangePending: pending, showing: shown)
         }
@@ -190,7 +189,7 @@ extension Replica {
         guard let store = store.withLockedValue(\.store) else { return }
         for cartID in Set(state.pending.entries.map(\.write.cartID)).sorted() where interest.selection.contains(cartID) {
             let pending = state.pending.of(cartID)
-            let shown = (state.carts[cartID] ?? Cart(id: cartID)).applying(pending)
+            let shown = state.held.shown(cartID, with: pending)
             set.notify(only: observer) { $0.cartSource(store, didChangePending: pending, showing: shown) }
         }
     }
@@ -201,7 +200,7 @@ extension Replica {
             withLock {
                 if let known = state.pending.outcome(of: id) {
                     continuation.resume(returning: known)
-                } else if state.closed {
+                } else if state.lifecycle.closed {
                     continuation.resume(returning: .unknown)
                 } else {
                     state.pending.waiting[id, default: []].append(continuation)
@@ -214,10 +213,10 @@ extension Replica {
     func applied(through seq: Int64) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             withLock {
-                if state.closed || (state.loaded && state.seq >= seq) {
+                if state.lifecycle.closed || (state.held.loaded && state.held.seq >= seq) {
                     continuation.resume()
                 } else {
-                    state.seqWaiters.append((seq, continuation))
+                    state.seqWaiters.add(continuation, for: seq)
                 }
             }
         }
@@ -225,10 +224,7 @@ extension Replica {
 
     /// Resumes those waiting for a seq the replica has reached. Under the lock.
     func resumeSeqWaiters() {
-        guard !state.seqWaiters.isEmpty else { return }
-        let reached = state.closed ? Int64.max : (state.loaded ? state.seq : Int64.min)
-        let (ready, waiting) = (state.seqWaiters.filter { $0.seq <= reached }, state.seqWaiters.filter { $0.seq > reached })
-        state.seqWaiters = waiting
-        for waiter in ready { waiter.continuation.resume() }
+        let reached = state.lifecycle.closed ? Int64.max : (state.held.loaded ? state.held.seq : Int64.min)
+        for waiter in state.seqWaiters.reached(reached) { waiter.resume() }
     }
 }

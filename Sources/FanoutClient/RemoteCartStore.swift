@@ -98,7 +98,7 @@ public final class RemoteCartStore: CartSource, CartWriter {
         self.clock = clock
         let presenceStates = presence.map { PresenceStates($0.state) }
         self.presenceStates = presenceStates
-        replica.state.presenceWanted = presence != nil
+        replica.state.presence.wanted = presence != nil
         self.server = CartServerAPI(baseURL: server, credentials: credentials, trust: trust)
         subscription = FanoutSubscription(server: server, transport: transport, credentials: credentials, trust: trust)
         self.releaseCheckInterval = releaseCheckInterval
@@ -245,23 +245,23 @@ public final class RemoteCartStore: CartSource, CartWriter {
     /// no living observer wants it (or the replica has not loaded yet). An observed cart that
     /// has no events yet is empty at version 0.
     public func cart(_ id: String) -> Cart? {
-        replica.read { $0.loaded ? $0.carts[id] : nil }
+        replica.read { $0.held.loaded ? $0.held.carts[id] : nil }
     }
 
     /// The carts the replica holds, by id.
     public var carts: [Cart] {
-        replica.read { $0.carts.values.sorted { $0.id < $1.id } }
+        replica.read { $0.held.carts.values.sorted { $0.id < $1.id } }
     }
 
     /// The seq the replica reflects: every event up to it has been applied. Nil before it
     /// loads.
     public var seq: Int64? {
-        replica.read { $0.loaded ? $0.seq : nil }
+        replica.read { $0.held.loaded ? $0.held.seq : nil }
     }
 
     /// The connection, now.
     public var connectionState: ConnectionState {
-        replica.read(\.connection)
+        replica.read(\.lifecycle.connection)
     }
 
     /// What the store made of its cache file (`cacheFile`), and whether saving to it works;
@@ -280,7 +280,7 @@ public final class RemoteCartStore: CartSource, CartWriter {
 
     /// Whether the carts held are those of the cache file, the server not reached since.
     public var isFromCache: Bool {
-        replica.read(\.fromCache)
+        replica.read(\.held.fromCache)
     }
 }
 
@@ -298,11 +298,12 @@ extension RemoteCartStore: CustomDebugStringConvertible {
                 case .idle: "idle"
                 case .following(let selection): "following \(Self.describe(selection))"
                 }
-            return "RemoteCartStore(\(server.baseURL.absoluteString), connection \(state.connection), loop \(loop), "
+            let held = state.held
+            return "RemoteCartStore(\(server.baseURL.absoluteString), connection \(state.lifecycle.connection), loop \(loop), "
                 + "observers want \(wanted.map(Self.describe) ?? "nothing"), "
-                + "held \(state.covered.map(Self.describe) ?? "nothing")\(state.loaded ? " at seq \(state.seq)" : " (not loaded)")"
-                + "\(state.fromCache ? " from the cache file" : ""), \(state.pending.entries.count) pending writes (\(state.pending.entries.filter { $0.answeredSeq != nil }.count) answered, awaiting their events; sender \(state.pending.sending)), "
-                + "refused \(state.refused.keys.sorted()), cache \(cacheState)\(state.closed ? ", closed" : ""))"
+                + "held \(held.covered.map(Self.describe) ?? "nothing")\(held.loaded ? " at seq \(held.seq)" : " (not loaded)")"
+                + "\(held.fromCache ? " from the cache file" : ""), \(state.pending.entries.count) pending writes (\(state.pending.entries.filter { $0.answeredSeq != nil }.count) answered, awaiting their events; sender \(state.pending.sending)), "
+                + "refused \(state.refusals.refused.keys.sorted()), cache \(cacheState)\(state.lifecycle.closed ? ", closed" : ""))"
         }
     }
 
@@ -367,14 +368,14 @@ extension RemoteCartStore {
     /// said; nil when the store does not know (without presence, or not yet told). While the
     /// store reconnects it is the last known presence.
     public func presence(of cartID: String) -> [PresenceMember]? {
-        replica.read { $0.presence[cartID] }
+        replica.read { $0.presence.members[cartID] }
     }
 
     /// Why the store is without presence now, when it was made with it: the server refused it
     /// (`presence_full`, …), or the store follows every cart (presence needs carts named). Nil
     /// while presence works, or before the first connection.
     public var presenceProblem: RemoteStoreError? {
-        replica.read { $0.presenceProblem }
+        replica.read { $0.presence.problem }
     }
 }
 
