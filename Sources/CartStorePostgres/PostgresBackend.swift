@@ -1,5 +1,6 @@
 import CartStore
 import EventLoopExecutor
+import FanoutConcurrency
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
@@ -137,20 +138,51 @@ final class PostgresBackend: CartStoreBackend {
         }
     }
 
-    /// What presence hears on its channel through the store's LISTEN session, by node
-    /// (`PostgresPresence`): a payload, or `nil` once the session listens (again).
-    let presenceListeners = NIOLockedValueBox<[String: @Sendable (String?) -> Void]>([:])
+    /// The channels others hear through the store's LISTEN session (`listen(on:_:)`), each
+    /// with its listeners.
+    private struct ChannelListeners {
+        var byChannel: [String: [Int: @Sendable (String?) -> Void]] = [:]
+        var nextID = 0
+    }
+    private let channelListeners = NIOLockedValueBox(ChannelListeners())
+    /// Rung when the channels listened to change: the session listens again, on the new set.
+    private let channelsChanged = WakeUps()
 
-    /// LISTENs for the follower and for presence on one session (`PostgresConnections.listen`),
-    /// until cancelled.
+    /// Hears NOTIFYs on `channel` through the store's one LISTEN session (PostgreSQL wakes
+    /// every listening session at each NOTIFY: one session a server, whatever listens): `heard`
+    /// gets each payload, and nil each time the session starts listening (again), when a
+    /// notification may have been missed. Until the returned closure is called.
+    func listen(on channel: String, _ heard: @escaping @Sendable (String?) -> Void) -> @Sendable () -> Void {
+        let (id, isNew) = channelListeners.withLockedValue { listeners in
+            defer { listeners.nextID += 1 }
+            let isNew = listeners.byChannel[channel] == nil
+            listeners.byChannel[channel, default: [:]][listeners.nextID] = heard
+            return (listeners.nextID, isNew)
+        }
+        if isNew { channelsChanged.wake() }
+        return { [channelListeners] in
+            channelListeners.withLockedValue { listeners in
+                listeners.byChannel[channel]?[id] = nil
+                if listeners.byChannel[channel]?.isEmpty == true { listeners.byChannel[channel] = nil }
+            }
+        }
+    }
+
+    /// LISTENs for the follower, and on every channel someone listens to, on one session
+    /// (`PostgresConnections.listen`), until cancelled; again on the new set when it changes.
     private func listen() async {
         let follower = self.follower
-        let presence = presenceListeners
-        await connections.listen(on: [PostgresFollower.channel, PresenceStatements.channel], logger: logger) { channel, payload in
-            if channel == PostgresFollower.channel {
-                await follower.heard(payload)
-            } else {
-                for listener in presence.withLockedValue({ Array($0.values) }) { listener(payload) }
+        let listeners = channelListeners
+        while !Task.isCancelled {
+            let channels = [PostgresFollower.channel] + listeners.withLockedValue { $0.byChannel.keys.sorted() }
+            try? await channelsChanged.interrupting { [connections, logger] in
+                await connections.listen(on: channels, logger: logger) { channel, payload in
+                    if channel == PostgresFollower.channel {
+                        await follower.heard(payload)
+                    } else {
+                        for heard in listeners.withLockedValue({ Array(($0.byChannel[channel] ?? [:]).values) }) { heard(payload) }
+                    }
+                }
             }
         }
     }

@@ -109,8 +109,8 @@ public final class PostgresPresence: Service, Sendable {
     /// they would if it had died.
     public func run() async throws {
         defer { viewStream.continuation.finish() }
-        hearOthers()
-        defer { _ = backend.presenceListeners.withLockedValue { $0.removeValue(forKey: node) } }
+        let stopHearing = hearOthers()
+        defer { stopHearing() }
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await self.tick() }
@@ -225,14 +225,12 @@ public final class PostgresPresence: Service, Sendable {
     /// Hears `fanout_presence`, while `run` runs, through the store's LISTEN session
     /// (`PostgresBackend.listen`): rings `readBell` when another node wrote, and at each
     /// (re)connection (a notification may have been missed meanwhile).
-    private func hearOthers() {
+    private func hearOthers() -> @Sendable () -> Void {
         let node = self.node
         let bell = readBell.continuation
-        backend.presenceListeners.withLockedValue { listeners in
-            listeners[node] = { payload in
-                // This node's own writes change nothing it reads.
-                if payload != node { bell.yield() }
-            }
+        return backend.listen(on: PresenceStatements.channel) { payload in
+            // This node's own writes change nothing it reads.
+            if payload != node { bell.yield() }
         }
     }
 
