@@ -202,6 +202,8 @@ let package = Package(
                 serverOnly("CoreMetrics", "swift-metrics"),
                 serverOnly("Prometheus", "swift-prometheus"),
                 serverOnly("JWTKit", "jwt-kit"),
+                // Presence shared through the database (`Presence/Postgres`): its statements.
+                serverOnly("PostgresNIO", "postgres-nio"),
             ],
             // What the server serves, compiled in (`PackageResources`): it serves them from any
             // working directory with nothing installed beside it. `OpenAPI/openapi.json` is a

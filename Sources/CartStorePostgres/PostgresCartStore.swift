@@ -1,4 +1,6 @@
 import CartStore
+import Logging
+import PostgresNIO
 import ServiceLifecycle
 
 /// A `CartStore` in a PostgreSQL database, and what keeps it working (its connection pool and
@@ -16,7 +18,7 @@ import ServiceLifecycle
 public final class PostgresCartStore: Service, Sendable {
     /// The store: changes, reads and observers, as on SQLite.
     public let store: CartStore
-    /// The engine, for the services that share its connections (`PostgresPresence`).
+    /// The engine (`shared`: what other services of the server use of it).
     let backend: PostgresBackend
 
     /// How long one use of the database may take by default, from asking for a connection to
@@ -74,5 +76,45 @@ extension CartStore {
             try? await group.waitForAll()
             return try result.get()
         }
+    }
+}
+
+/// The store's database as a service beside it uses it (the server's shared presence): the
+/// same connections, deadline, LISTEN session and logger, so that it costs the database no
+/// session of its own and is answered, or refused, by the same deadline as a change.
+extension PostgresCartStore {
+    /// The store's logger.
+    package var logger: Logger { backend.logger }
+
+    /// Whether the store was closed: a service beside it ends.
+    package var isClosed: Bool { backend.isClosed }
+
+    /// How long one use of the database may take.
+    package var deadline: Duration { backend.connections.timeout }
+
+    /// Hears NOTIFYs on `channel` through the store's LISTEN session: each payload, and nil
+    /// each time the session starts listening (again). Until the returned closure is called.
+    package func listen(on channel: String, _ heard: @escaping @Sendable (String?) -> Void) -> @Sendable () -> Void {
+        backend.listen(on: channel, heard)
+    }
+
+    /// One prepared statement on a pooled connection, its rows collected, by the deadline.
+    package func execute<Statement: PostgresPreparedStatement & Sendable>(
+        _ statement: Statement, logger: Logger
+    ) async throws -> [Statement.Row] where Statement.Row: Sendable {
+        try await backend.connections.execute(statement, logger: logger)
+    }
+
+    /// `body` with a pooled connection, by `deadline` (a session the database ended is passed
+    /// over, as for the store's own uses).
+    package func withConnection<T: Sendable>(
+        until deadline: ContinuousClock.Instant, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        try await backend.connections.withConnection(until: deadline, body)
+    }
+
+    /// A PostgreSQL error as the store's logs say it (SQLSTATE and message, never a password).
+    package static func describe(_ error: any Error) -> String {
+        PostgresBackend.describe(error)
     }
 }

@@ -1,6 +1,6 @@
 import Testing
 
-@testable import CartStorePostgres
+@testable import FanoutServer
 
 /// The buffer between the hub's calls and the presence's writer: one wish per key, bounded.
 @Suite struct PostgresPresenceWritesTests {

@@ -1,4 +1,5 @@
 import CartStore
+import CartStorePostgres
 import Logging
 import NIOConcurrencyHelpers
 import PostgresNIO
@@ -19,13 +20,13 @@ import ServiceLifecycle
 /// (milliseconds), or by its next poll (`heartbeatInterval`) if the notification was lost; a
 /// dead node's members leave the others' views within `nodeTimeout` + `heartbeatInterval` of
 /// its last heartbeat (between 4 and 6 s after it died, plus a read), as `"node_lost"`.
-public final class PostgresPresence: Service, Sendable {
+final class PostgresPresence: Service, Sendable {
     /// How often a node heartbeats, and reads the others' without being told: 1 s.
-    public static let heartbeatInterval: Duration = .seconds(1)
+    static let heartbeatInterval: Duration = .seconds(1)
     /// How long a node may be silent before the others count it gone, with its members: 5 s.
-    public static let nodeTimeout: Duration = .seconds(5)
+    static let nodeTimeout: Duration = .seconds(5)
 
-    private let backend: PostgresBackend
+    private let store: PostgresCartStore
     private let node: String
     private let logger: Logger
     /// What this node holds and has yet to write: at most one wish per key (`PresenceWrites`).
@@ -45,10 +46,10 @@ public final class PostgresPresence: Service, Sendable {
     /// - Parameters:
     ///   - store: The store whose database and connections the presence uses.
     ///   - node: This server's id, unique among the nodes (a random UUID made at start).
-    public init(store: PostgresCartStore, node: String) {
-        backend = store.backend
+    init(store: PostgresCartStore, node: String) {
+        self.store = store
         self.node = node
-        var logger = store.backend.logger
+        var logger = store.logger
         logger[metadataKey: "fanout.presence.node"] = "\(node)"
         self.logger = logger
     }
@@ -61,7 +62,7 @@ public final class PostgresPresence: Service, Sendable {
     /// log: in a batch it would fail every other member's write, and the node's heartbeat with
     /// them, until a restart. The server refuses such names where they enter (a token's `sub`,
     /// a presence key); this is the last guard.
-    public func set(_ record: PresenceRecord) {
+    func set(_ record: PresenceRecord) {
         guard Self.isStorable(record) else {
             logger.warning(
                 "presence: a member PostgreSQL cannot store (a NUL in its text) is not shared",
@@ -85,7 +86,7 @@ public final class PostgresPresence: Service, Sendable {
     /// This node no longer holds `key`, for `reason` (the others see it in `departed`). Does
     /// nothing to a key another node holds now (taken over meanwhile). Returns at once; written
     /// in the background.
-    public func remove(_ key: PresenceKey, reason: String) {
+    func remove(_ key: PresenceKey, reason: String) {
         // Never held (`set` turned it away), and unwritable.
         guard !Self.hasNUL(key.cartID, key.user, key.member, reason) else { return }
         writes.withLockedValue { $0.remove(key, reason: reason) }
@@ -96,7 +97,7 @@ public final class PostgresPresence: Service, Sendable {
     /// signals a change, and every `heartbeatInterval` anyway), the newest only: a slow reader
     /// skips intermediate views. The first comes as soon as `run()` has read the table; the
     /// stream finishes when `run()` returns. One reader: it is one stream.
-    public var views: AsyncStream<PresenceView> { viewStream.stream }
+    var views: AsyncStream<PresenceView> { viewStream.stream }
 
     /// Heartbeats this node, writes its changes, reads the others', and sweeps dead nodes'
     /// rows, until the task is cancelled, the service group shuts down, or the store is closed.
@@ -107,7 +108,7 @@ public final class PostgresPresence: Service, Sendable {
     /// store's deadline, so that the others hear their reasons; otherwise ending writes
     /// nothing, and the others count this node gone `nodeTimeout` after its last heartbeat, as
     /// they would if it had died.
-    public func run() async throws {
+    func run() async throws {
         defer { viewStream.continuation.finish() }
         let stopHearing = hearOthers()
         defer { stopHearing() }
@@ -123,14 +124,14 @@ public final class PostgresPresence: Service, Sendable {
             }
         }
         // A task of its own: this one may be cancelled, and the write must still go out.
-        if !backend.isClosed, writes.withLockedValue({ $0.hasWork }) {
+        if !store.isClosed, writes.withLockedValue({ $0.hasWork }) {
             await Task { try? await self.writePending() }.value
         }
     }
 
     /// Rings both bells now and every `heartbeatInterval`, until cancelled or the store closed.
     private func tick() async {
-        while !Task.isCancelled, !backend.isClosed {
+        while !Task.isCancelled, !store.isClosed {
             writeBell.continuation.yield()
             readBell.continuation.yield()
             try? await Task.sleep(for: Self.heartbeatInterval)
@@ -170,7 +171,7 @@ public final class PostgresPresence: Service, Sendable {
                     failing = true
                     logger.warning(
                         "presence: cannot \(what) (retrying every second)",
-                        metadata: ["fanout.presence.problem": "\(PostgresBackend.describe(error))"])
+                        metadata: ["fanout.presence.problem": "\(PostgresCartStore.describe(error))"])
                 }
                 try? await Task.sleep(for: Self.heartbeatInterval)
             }
@@ -183,7 +184,7 @@ public final class PostgresPresence: Service, Sendable {
     /// writes everything again.
     private func writePending() async throws {
         if writes.withLockedValue({ !$0.hasWork }) {
-            let intact = try await backend.connections.execute(PresenceStatements.Heartbeat(node: node), logger: logger)
+            let intact = try await store.execute(PresenceStatements.Heartbeat(node: node), logger: logger)
             if intact == [true] { return }
             writes.withLockedValue { $0.rewriteNext() }
         }
@@ -200,7 +201,7 @@ public final class PostgresPresence: Service, Sendable {
     private func write(_ batch: PresenceWrites.Batch) async throws {
         let node = self.node
         let logger = self.logger
-        try await backend.connections.withConnection(until: .now + backend.connections.timeout) { connection in
+        try await store.withConnection(until: .now + store.deadline) { connection in
             try await connection.withTransaction(logger: logger) { connection in
                 var intact = false
                 for try await row in try await connection.execute(PresenceStatements.Heartbeat(node: node), logger: logger) {
@@ -216,7 +217,7 @@ public final class PostgresPresence: Service, Sendable {
 
     /// Sweeps dead nodes' rows and forgets old departures (`PresenceStatements.Sweep`).
     private func sweep() async throws {
-        let dead = try await backend.connections.execute(PresenceStatements.Sweep(), logger: logger).first ?? 0
+        let dead = try await store.execute(PresenceStatements.Sweep(), logger: logger).first ?? 0
         if dead > 0 { logger.notice("presence: nodes lost", metadata: ["fanout.presence.lost": "\(dead)"]) }
     }
 
@@ -228,7 +229,7 @@ public final class PostgresPresence: Service, Sendable {
     private func hearOthers() -> @Sendable () -> Void {
         let node = self.node
         let bell = readBell.continuation
-        return backend.listen(on: PresenceStatements.channel) { payload in
+        return store.listen(on: PresenceStatements.channel) { payload in
             // This node's own writes change nothing it reads.
             if payload != node { bell.yield() }
         }
@@ -239,7 +240,7 @@ public final class PostgresPresence: Service, Sendable {
     private func readOthers() async {
         var last: PresenceView?
         await attempt(at: readBell.stream, "read") {
-            let view = PresenceView(rows: try await backend.connections.execute(PresenceStatements.Read(node: node), logger: logger))
+            let view = PresenceView(rows: try await store.execute(PresenceStatements.Read(node: node), logger: logger))
             if view != last {
                 last = view
                 viewStream.continuation.yield(view)

@@ -4,6 +4,7 @@ import NIOConcurrencyHelpers
 import Testing
 
 @testable import CartStorePostgres
+@testable import FanoutServer
 
 /// Presence shared by the nodes on one database: each test's nodes are `PostgresCartStore`s on
 /// one database, each with its `PostgresPresence`, as servers are.
