@@ -14,15 +14,15 @@ struct PostgresPresenceTests {
         try await withNodes(2) { nodes, _ in
             let (first, second) = (nodes[0], nodes[1])
             await eventually("the first view, as soon as the table is read") { second.view != nil }
-            let record = PresenceRecord(cartID: "c", user: "u", member: "phone", state: #"{"typing":false}"#, since: 1_000)
-            first.presence.set(record)
-            await eventually("the member on the other node") { second.view?.members[record.key] == record }
+            let record = PresenceMember(user: "u", member: "phone", state: ["typing": false], since: .milliseconds(1_000))
+            first.presence.set(record, cart: "c")
+            await eventually("the member on the other node") { second.view?.members[key(record)] == record }
             #expect(first.view?.members.isEmpty == true, "a node's view holds the others' members, not its own")
 
             var changed = record
-            changed.state = #"{"typing":true}"#
-            first.presence.set(changed)
-            await eventually("the new state on the other node") { second.view?.members[record.key]?.state == changed.state }
+            changed.state = ["typing": true]
+            first.presence.set(changed, cart: "c")
+            await eventually("the new state on the other node") { second.view?.members[key(record)]?.state == changed.state }
             #expect(second.view?.members.count == 1)
         }
     }
@@ -40,12 +40,12 @@ struct PostgresPresenceTests {
                 (try? await server.psql(listening, on: url))?.trimmingCharacters(in: .whitespacesAndNewlines) == "2"
             }
             // Presence heard both ways: each node listens on its presence channel by then.
-            let record = PresenceRecord(cartID: "c", user: "u", member: "m", state: "{}", since: 1)
-            first.presence.set(record)
-            await eventually("the member on the other node") { second.view?.members[record.key] == record }
-            let back = PresenceRecord(cartID: "c", user: "v", member: "n", state: "{}", since: 2)
-            second.presence.set(back)
-            await eventually("and the other way") { first.view?.members[back.key] == back }
+            let record = PresenceMember(user: "u", member: "m", state: [:], since: .milliseconds(1))
+            first.presence.set(record, cart: "c")
+            await eventually("the member on the other node") { second.view?.members[key(record)] == record }
+            let back = PresenceMember(user: "v", member: "n", state: [:], since: .milliseconds(2))
+            second.presence.set(back, cart: "c")
+            await eventually("and the other way") { first.view?.members[key(back)] == back }
             let sessions = try await server.psql(listening, on: url).trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(sessions == "2", "one LISTEN session per node, for its events and presence both")
         }
@@ -57,36 +57,36 @@ struct PostgresPresenceTests {
     @Test func aMemberPostgreSQLCannotStoreNeverFailsTheOthersWrites() async throws {
         try await withNodes(2) { nodes, _ in
             let (first, second) = (nodes[0], nodes[1])
-            let before = PresenceRecord(cartID: "c", user: "u", member: "before", state: "{}", since: 1)
-            first.presence.set(before)
-            await eventually("the first member on the other node") { second.view?.members[before.key] == before }
-            let unstorable = PresenceRecord(cartID: "c", user: "nul\u{0}user", member: "m", state: "{}", since: 2)
-            first.presence.set(unstorable)
-            let after = PresenceRecord(cartID: "c", user: "u", member: "after", state: #"{"typing":true}"#, since: 3)
-            first.presence.set(after)
-            first.presence.remove(unstorable.key, reason: "closed")
-            await eventually("the member set after it on the other node") { second.view?.members[after.key] == after }
-            #expect(second.view?.members[before.key] == before, "the member set before it is not lost")
+            let before = PresenceMember(user: "u", member: "before", state: [:], since: .milliseconds(1))
+            first.presence.set(before, cart: "c")
+            await eventually("the first member on the other node") { second.view?.members[key(before)] == before }
+            let unstorable = PresenceMember(user: "nul\u{0}user", member: "m", state: [:], since: .milliseconds(2))
+            first.presence.set(unstorable, cart: "c")
+            let after = PresenceMember(user: "u", member: "after", state: ["typing": true], since: .milliseconds(3))
+            first.presence.set(after, cart: "c")
+            first.presence.remove(unstorable.id, cart: "c", reason: .closed)
+            await eventually("the member set after it on the other node") { second.view?.members[key(after)] == after }
+            #expect(second.view?.members[key(before)] == before, "the member set before it is not lost")
             #expect(second.view?.members.count == 2)
-            let heartbeat = PresenceRecord(cartID: "c", user: "u", member: "later", state: "{}", since: 4)
-            first.presence.set(heartbeat)
-            await eventually("and the node writes on") { second.view?.members[heartbeat.key] == heartbeat }
+            let heartbeat = PresenceMember(user: "u", member: "later", state: [:], since: .milliseconds(4))
+            first.presence.set(heartbeat, cart: "c")
+            await eventually("and the node writes on") { second.view?.members[key(heartbeat)] == heartbeat }
         }
     }
 
     @Test func aRemovedMemberLeavesTheOthersViewsWithItsReason() async throws {
         try await withNodes(2) { nodes, _ in
             let (first, second) = (nodes[0], nodes[1])
-            let kept = PresenceRecord(cartID: "c", user: "u", member: "kept", state: "{}", since: 1)
-            let leaving = PresenceRecord(cartID: "c", user: "", member: "leaving", state: "{}", since: 2)
-            first.presence.set(kept)
-            first.presence.set(leaving)
+            let kept = PresenceMember(user: "u", member: "kept", state: [:], since: .milliseconds(1))
+            let leaving = PresenceMember(user: nil, member: "leaving", state: [:], since: .milliseconds(2))
+            first.presence.set(kept, cart: "c")
+            first.presence.set(leaving, cart: "c")
             await eventually("both members on the other node") { second.view?.members.count == 2 }
-            first.presence.remove(leaving.key, reason: "closed")
+            first.presence.remove(leaving.id, cart: "c", reason: .closed)
             await eventually("the member gone, with its reason") {
-                second.view.map { $0.members[leaving.key] == nil && $0.departed[leaving.key] == "closed" } ?? false
+                second.view.map { $0.members[key(leaving)] == nil && $0.departed[key(leaving)] == .closed } ?? false
             }
-            #expect(second.view?.members == [kept.key: kept])
+            #expect(second.view?.members == [key(kept): kept])
         }
     }
 
@@ -95,22 +95,22 @@ struct PostgresPresenceTests {
     @Test func aKeyTakenOverStaysWithTheNodeThatTookItWhenTheOldOneRemovesIt() async throws {
         try await withNodes(3) { nodes, _ in
             let (old, new, watcher) = (nodes[0], nodes[1], nodes[2])
-            let before = PresenceRecord(cartID: "c", user: "u", member: "m", state: #"{"on":"old"}"#, since: 1)
-            old.presence.set(before)
-            await eventually("the member as the old node holds it") { watcher.view?.members[before.key] == before }
+            let before = PresenceMember(user: "u", member: "m", state: ["on": "old"], since: .milliseconds(1))
+            old.presence.set(before, cart: "c")
+            await eventually("the member as the old node holds it") { watcher.view?.members[key(before)] == before }
             var after = before
-            after.state = #"{"on":"new"}"#
-            after.since = 2
-            new.presence.set(after)
-            await eventually("the member as the new node holds it") { watcher.view?.members[before.key] == after }
-            old.presence.remove(before.key, reason: "closed")
+            after.state = ["on": "new"]
+            after.since = .milliseconds(2)
+            new.presence.set(after, cart: "c")
+            await eventually("the member as the new node holds it") { watcher.view?.members[key(before)] == after }
+            old.presence.remove(before.id, cart: "c", reason: .closed)
             // Written with the remove or after it: once the watcher sees it, the remove is done.
-            let marker = PresenceRecord(cartID: "c", user: "u", member: "marker", state: "{}", since: 3)
-            old.presence.set(marker)
-            await eventually("the old node's later write") { watcher.view?.members[marker.key] != nil }
-            #expect(watcher.view?.members[before.key] == after, "the new node's member, untouched")
-            #expect(watcher.view?.departed[before.key] == nil)
-            #expect(old.view?.members[before.key] == after, "the old node sees it at the new one")
+            let marker = PresenceMember(user: "u", member: "marker", state: [:], since: .milliseconds(3))
+            old.presence.set(marker, cart: "c")
+            await eventually("the old node's later write") { watcher.view?.members[key(marker)] != nil }
+            #expect(watcher.view?.members[key(before)] == after, "the new node's member, untouched")
+            #expect(watcher.view?.departed[key(before)] == nil)
+            #expect(old.view?.members[key(before)] == after, "the old node sees it at the new one")
         }
     }
 
@@ -119,19 +119,19 @@ struct PostgresPresenceTests {
     @Test func aSilentNodesMembersAreGoneAfterTheTimeoutAsNodeLost() async throws {
         try await withNodes(2) { nodes, url in
             let (dying, living) = (nodes[0], nodes[1])
-            let record = PresenceRecord(cartID: "c", user: "u", member: "m", state: "{}", since: 1)
-            let own = PresenceRecord(cartID: "c", user: "u", member: "other", state: "{}", since: 1)
-            dying.presence.set(record)
-            living.presence.set(own)
-            await eventually("the member on the other node") { living.view?.members[record.key] == record }
-            await eventually("the other node's member on the dying one") { dying.view?.members[own.key] == own }
+            let record = PresenceMember(user: "u", member: "m", state: [:], since: .milliseconds(1))
+            let own = PresenceMember(user: "u", member: "other", state: [:], since: .milliseconds(1))
+            dying.presence.set(record, cart: "c")
+            living.presence.set(own, cart: "c")
+            await eventually("the member on the other node") { living.view?.members[key(record)] == record }
+            await eventually("the other node's member on the dying one") { dying.view?.members[key(own)] == own }
             dying.stopHeartbeat()
             await eventually(timeout: PostgresPresence.nodeTimeout + .seconds(15), "the member gone") {
-                living.view?.members[record.key] == nil
+                living.view?.members[key(record)] == nil
             }
             // The reason says it was the timeout (a lower bound on the time is no test on a
             // busy machine: the dying node's last heartbeat may itself have come late).
-            #expect(living.view?.departed[record.key] == "node_lost")
+            #expect(living.view?.departed[key(record)] == .nodeLost)
             // After the sweep the reason is kept (the row marked left), and the living node's own
             // member stays.
             let server = try await SharedPostgres.shared.server()
@@ -141,7 +141,7 @@ struct PostgresPresenceTests {
             }
             let reason = try await server.psql("SELECT left_reason FROM presence_members WHERE member = 'm'", on: url)
             #expect(reason.trimmingCharacters(in: .whitespacesAndNewlines) == "node_lost")
-            #expect(living.view?.departed[record.key] == "node_lost")
+            #expect(living.view?.departed[key(record)] == .nodeLost)
         }
     }
 
@@ -150,9 +150,9 @@ struct PostgresPresenceTests {
     @Test func aNodeSweptWhileCutOffWritesEverythingAgain() async throws {
         try await withNodes(2) { nodes, url in
             let (first, second) = (nodes[0], nodes[1])
-            let record = PresenceRecord(cartID: "c", user: "u", member: "m", state: "{}", since: 1)
-            first.presence.set(record)
-            await eventually("the member on the other node") { second.view?.members[record.key] == record }
+            let record = PresenceMember(user: "u", member: "m", state: [:], since: .milliseconds(1))
+            first.presence.set(record, cart: "c")
+            await eventually("the member on the other node") { second.view?.members[key(record)] == record }
             let server = try await SharedPostgres.shared.server()
             _ = try await server.psql(
                 "BEGIN",
@@ -164,7 +164,7 @@ struct PostgresPresenceTests {
                 (try? await server.psql("SELECT left_reason IS NULL FROM presence_members WHERE member = 'm'", on: url))?
                     .trimmingCharacters(in: .whitespacesAndNewlines) == "t"
             }
-            await eventually("the member on the other node again") { second.view?.members[record.key] == record }
+            await eventually("the member on the other node again") { second.view?.members[key(record)] == record }
         }
     }
 
@@ -175,16 +175,16 @@ struct PostgresPresenceTests {
         guard postgres.directory != nil else { return }  // FANOUT_POSTGRES_URL's server is not ours to stop
         try await withNodes(2, on: try await postgres.makeDatabase(named: "presence_restart")) { nodes, _ in
             let (first, second) = (nodes[0], nodes[1])
-            let before = PresenceRecord(cartID: "c", user: "u", member: "before", state: "{}", since: 1)
-            first.presence.set(before)
-            await eventually("the member on the other node") { second.view?.members[before.key] == before }
+            let before = PresenceMember(user: "u", member: "before", state: [:], since: .milliseconds(1))
+            first.presence.set(before, cart: "c")
+            await eventually("the member on the other node") { second.view?.members[key(before)] == before }
 
             try await postgres.pause(immediately: true)
-            let during = PresenceRecord(cartID: "c", user: "u", member: "during", state: "{}", since: 2)
-            first.presence.set(during)
+            let during = PresenceMember(user: "u", member: "during", state: [:], since: .milliseconds(2))
+            first.presence.set(during, cart: "c")
             try await postgres.resume()
             await eventually("both members on the other node") {
-                second.view?.members == [before.key: before, during.key: during]
+                second.view?.members == [key(before): before, key(during): during]
             }
         }
         await postgres.stop()

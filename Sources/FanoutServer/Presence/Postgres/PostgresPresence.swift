@@ -1,5 +1,6 @@
 import CartStore
 import CartStorePostgres
+import FanoutProtocol
 import Logging
 import NIOConcurrencyHelpers
 import PostgresNIO
@@ -54,42 +55,31 @@ final class PostgresPresence: Service, Sendable {
         self.logger = logger
     }
 
-    /// This node holds `record` from now on: a join, a state change, or a takeover of a key
-    /// another node (or this one) held before (its row then names this node). Returns at once;
-    /// written in the background.
+    /// This node holds `member` on `cart` from now on: a join, a state change, or a takeover
+    /// of a key another node (or this one) held before (its row then names this node). Returns
+    /// at once; written in the background.
     ///
-    /// A record PostgreSQL cannot store (a NUL in one of its texts) is not held, and said in the
+    /// A member PostgreSQL cannot store (a NUL in one of its texts) is not held, and said in the
     /// log: in a batch it would fail every other member's write, and the node's heartbeat with
     /// them, until a restart. The server refuses such names where they enter (a token's `sub`,
     /// a presence key); this is the last guard.
-    func set(_ record: PresenceRecord) {
-        guard Self.isStorable(record) else {
+    func set(_ member: PresenceMember, cart: String) {
+        guard PresenceRow(member, cart: cart).isStorable else {
             logger.warning(
-                "presence: a member PostgreSQL cannot store (a NUL in its text) is not shared",
-                metadata: ["fanout.cart": "\(record.cartID)"])
+                "presence: a member PostgreSQL cannot store (a NUL in its text) is not shared", metadata: ["fanout.cart": "\(cart)"])
             return
         }
-        writes.withLockedValue { $0.set(record) }
+        writes.withLockedValue { $0.set(member, cart: cart) }
         writeBell.continuation.yield()
     }
 
-    /// Whether PostgreSQL can store `record`'s texts (it refuses U+0000 in `text`).
-    static func isStorable(_ record: PresenceRecord) -> Bool {
-        !hasNUL(record.cartID, record.user, record.member, record.state)
-    }
-
-    /// Whether any of `texts` holds U+0000, which PostgreSQL's `text` refuses.
-    private static func hasNUL(_ texts: String...) -> Bool {
-        texts.contains { $0.utf8.contains(0) }
-    }
-
-    /// This node no longer holds `key`, for `reason` (the others see it in `departed`). Does
-    /// nothing to a key another node holds now (taken over meanwhile). Returns at once; written
-    /// in the background.
-    func remove(_ key: PresenceKey, reason: String) {
+    /// This node no longer holds member `id` of `cart`, for `reason` (the others see it in
+    /// `departed`). Does nothing to a key another node holds now (taken over meanwhile).
+    /// Returns at once; written in the background.
+    func remove(_ id: PresenceMember.ID, cart: String, reason: PresenceLeaveReason) {
         // Never held (`set` turned it away), and unwritable.
-        guard !Self.hasNUL(key.cartID, key.user, key.member, reason) else { return }
-        writes.withLockedValue { $0.remove(key, reason: reason) }
+        guard PresenceRow(cart: cart, user: id.user ?? "", member: id.member, state: "{}", since: 0).isStorable else { return }
+        writes.withLockedValue { $0.remove(PresenceRegistry.Key(cart: cart, id), reason: reason) }
         writeBell.continuation.yield()
     }
 

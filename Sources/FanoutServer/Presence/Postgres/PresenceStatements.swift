@@ -1,3 +1,4 @@
+import FanoutProtocol
 import PostgresNIO
 
 /// The statements of `PostgresPresence` (Migrations/0004_presence.sql), prepared once
@@ -53,22 +54,23 @@ enum PresenceStatements {
             SELECT pg_notify('\(channel)', $1)
             """
         let node: String
-        let holds: [PresenceRecord]
-        let leaves: [(PresenceKey, String)]
+        let holds: [PresenceRow]
+        let leaves: [(PresenceRegistry.Key, PresenceLeaveReason)]
         let rewrite: Bool
 
         func makeBindings() -> PostgresBindings {
             var binds = PostgresBindings()
+            let left = leaves.map { (PresenceRow.key($0.0), $0.1.rawValue) }
             binds.append(node)  // $1
-            binds.append(holds.map(\.cartID))  // $2
+            binds.append(holds.map(\.cart))  // $2
             binds.append(holds.map(\.user))  // $3
             binds.append(holds.map(\.member))  // $4
             binds.append(holds.map(\.state))  // $5
             binds.append(holds.map(\.since))  // $6
-            binds.append(leaves.map(\.0.cartID))  // $7
-            binds.append(leaves.map(\.0.user))  // $8
-            binds.append(leaves.map(\.0.member))  // $9
-            binds.append(leaves.map(\.1))  // $10
+            binds.append(left.map(\.0.cart))  // $7
+            binds.append(left.map(\.0.user))  // $8
+            binds.append(left.map(\.0.member))  // $9
+            binds.append(left.map(\.1))  // $10
             binds.append(rewrite)  // $11
             return binds
         }
@@ -121,25 +123,26 @@ enum PresenceStatements {
             binds.append(node)
             return binds
         }
-        func decodeRow(_ row: PostgresRow) throws -> (record: PresenceRecord, left: String?, alive: Bool) {
-            let (cartID, user, member, state, since, left, alive) = try row.decode(
+        func decodeRow(_ row: PostgresRow) throws -> (row: PresenceRow, left: String?, alive: Bool) {
+            let (cart, user, member, state, since, left, alive) = try row.decode(
                 (String, String, String, String, Int64, String?, Bool?).self)
-            return (PresenceRecord(cartID: cartID, user: user, member: member, state: state, since: since), left, alive ?? false)
+            return (PresenceRow(cart: cart, user: user, member: member, state: state, since: since), left, alive ?? false)
         }
     }
 }
 
 extension PresenceView {
-    /// The view of the others' rows (`PresenceStatements.Read`).
-    init(rows: [(record: PresenceRecord, left: String?, alive: Bool)]) {
+    /// The view of the others' rows (`PresenceStatements.Read`); a reason this version does
+    /// not know reads as `closed`.
+    init(rows: [(row: PresenceRow, left: String?, alive: Bool)]) {
         self.init()
-        for (record, left, alive) in rows {
+        for (row, left, alive) in rows {
             if let left {
-                departed[record.key] = left
+                departed[row.key] = PresenceLeaveReason(rawValue: left) ?? .closed
             } else if alive {
-                members[record.key] = record
+                members[row.key] = row.presenceMember
             } else {
-                departed[record.key] = "node_lost"
+                departed[row.key] = .nodeLost
             }
         }
     }
