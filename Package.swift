@@ -77,7 +77,9 @@ let package = Package(
     ],
     targets: [
         // The cart value types and the wire messages, shared by the store, server and client.
-        .target(name: "FanoutProtocol"),
+        // The one observer protocol both stores serve sits on the weak observer set: how a
+        // store's set holds a `CartObserver` (`WeakCartObserver`) is said there once.
+        .target(name: "FanoutProtocol", dependencies: ["WeakObservers"]),
         // The weak observer set (the multicast delegate) that CartStore and FanoutClient share.
         .target(
             name: "WeakObservers",

@@ -28,15 +28,5 @@ package final class ObserverInterest: Sendable {
     package func markLoaded() { loaded.store(true, ordering: .releasing) }
 }
 
-/// How the store's `WeakObserverSet` holds a `CartObserver`: weakly (a main-actor observer's
-/// relay strongly, while its target lives: `CartObserverHold`), with its interest.
-package struct WeakRemoteCartObserver: WeakObserverReference {
-    package typealias Interest = ObserverInterest
-    private let hold: CartObserverHold
-
-    package init(_ observer: any CartObserver) { hold = CartObserverHold(observer) }
-
-    package var observer: (any CartObserver)? { hold.observer }
-
-    package static func identity(of observer: any CartObserver) -> ObjectIdentifier { CartObserverHold.identity(of: observer) }
-}
+/// How the store's `WeakObserverSet` holds a `CartObserver`, with its interest.
+package typealias WeakRemoteCartObserver = WeakCartObserver<ObserverInterest>

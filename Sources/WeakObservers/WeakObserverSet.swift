@@ -10,8 +10,8 @@ import Synchronization
 /// so each set's reference is a small struct of its own. CartStore's `WeakCartStoreObserver` is
 /// a `weak var` of its protocol's type; a `CartObserver` is held through FanoutProtocol's
 /// `CartObserverHold` (weakly, or a main-actor observer's relay strongly while its target
-/// lives), in a struct per store that adds what the store keeps per observer (its
-/// `Interest`). `CartStore.observers` holds two of these sets (its `CartStoreObserver`s and its
+/// lives), in one generic struct, `WeakCartObserver<Interest>`, whose `Interest` is what each
+/// store keeps per observer. `CartStore.observers` holds two of these sets (its `CartStoreObserver`s and its
 /// `CartObserver`s), FanoutClient's `RemoteCartStore.observers` one.
 ///
 /// An observer that is released drops out by itself; nobody has to unregister it. Explicit

@@ -135,15 +135,5 @@ struct WeakCartStore: Sendable {
     weak var store: CartStore?
 }
 
-/// How `CartStore.Observers` holds a `CartObserver`: weakly (a main-actor observer's relay
-/// strongly, while its target lives: `CartObserverHold`), with its `CartFeed`.
-struct WeakLocalCartObserver: WeakObserverReference {
-    typealias Interest = CartFeed
-    private let hold: CartObserverHold
-
-    init(_ observer: any CartObserver) { hold = CartObserverHold(observer) }
-
-    var observer: (any CartObserver)? { hold.observer }
-
-    static func identity(of observer: any CartObserver) -> ObjectIdentifier { CartObserverHold.identity(of: observer) }
-}
+/// How `CartStore.Observers` holds a `CartObserver`, with its `CartFeed`.
+typealias WeakLocalCartObserver = WeakCartObserver<CartFeed>

@@ -1,3 +1,5 @@
+import WeakObservers
+
 /// An observer of carts, written once for any `CartSource`: an in-process `CartStore` or a
 /// `RemoteCartStore`. Held weakly by the source, as a delegate is.
 ///
@@ -92,4 +94,17 @@ package struct CartObserverHold: Sendable {
     package static func identity(of observer: any CartObserver) -> ObjectIdentifier {
         (observer as? MainActorRelay)?.targetID ?? ObjectIdentifier(observer)
     }
+}
+
+/// How a store's `WeakObserverSet` holds a `CartObserver` (`CartObserverHold`: weakly, or a
+/// main-actor observer's relay strongly while its target lives), with what the store keeps per
+/// observer (`Interest`: a `CartStore`'s `CartFeed`, a `RemoteCartStore`'s `ObserverInterest`).
+package struct WeakCartObserver<Interest: Sendable>: WeakObserverReference {
+    private let hold: CartObserverHold
+
+    package init(_ observer: any CartObserver) { hold = CartObserverHold(observer) }
+
+    package var observer: (any CartObserver)? { hold.observer }
+
+    package static func identity(of observer: any CartObserver) -> ObjectIdentifier { CartObserverHold.identity(of: observer) }
 }
