@@ -19,11 +19,11 @@ import NIOConcurrencyHelpers
 /// back (the database restored to an earlier point under a running server: `latest` lower
 /// than a batch saw before) forgets everything, as a version may then name another state.
 final class CartCache: Sendable {
-    /// A cart as the log left it at its version, and the seq of the event that added each
-    /// line (the lines' order, which the batch writes).
+    /// A cart as the log left it at its version, and where each line stands (the lines'
+    /// order, which the batch writes).
     struct Entry: Sendable, Equatable {
         var cart: Cart
-        var positions: [String: Int64]
+        var positions: LinePositions
     }
 
     fileprivate struct State {
@@ -77,16 +77,7 @@ final class CartCache: Sendable {
                 return
             }
             entry.cart.apply(event)
-            switch event.change {
-            case .itemAdded(let item, _):
-                if entry.positions[item.sku] == nil { entry.positions[item.sku] = event.seq }
-            case .quantityChanged:
-                break
-            case .itemRemoved(let sku):
-                entry.positions[sku] = nil
-            case .cartCleared:
-                entry.positions.removeAll()
-            }
+            entry.positions.apply(event.change, at: event.seq)
             state.put(entry, for: event.cartID, maxLines: maxLines)
         }
     }
@@ -115,4 +106,35 @@ extension CartCache.State {
 extension CartCache.Entry {
     /// What it counts against `CartCache.maxLines`: its lines, and one for the cart.
     fileprivate var weight: Int { cart.items.count + 1 }
+}
+
+/// Where each line of a cart stands in its order: the seq of the event that added it. A line
+/// whose quantity changes keeps its place; a line removed, or every line of a cleared cart,
+/// has none. The one rule of a line's position, for a batch's carts and the kept ones alike.
+struct LinePositions: Sendable, Equatable {
+    private(set) var bySKU: [String: Int64] = [:]
+
+    init(_ bySKU: [String: Int64] = [:]) {
+        self.bySKU = bySKU
+    }
+
+    subscript(sku: String) -> Int64? { bySKU[sku] }
+
+    /// Applies one change, made as the event `seq`; returns the skus whose lines it removed.
+    @discardableResult
+    mutating func apply(_ change: CartChange, at seq: Int64) -> [String] {
+        switch change {
+        case .itemAdded(let item, _):
+            if bySKU[item.sku] == nil { bySKU[item.sku] = seq }
+            return []
+        case .quantityChanged:
+            return []
+        case .itemRemoved(let sku):
+            bySKU[sku] = nil
+            return [sku]
+        case .cartCleared:
+            defer { bySKU = [:] }
+            return Array(bySKU.keys)
+        }
+    }
 }

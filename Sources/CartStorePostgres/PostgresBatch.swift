@@ -24,7 +24,7 @@ struct PostgresBatch: Sendable {
     /// The batch's carts as its planned mutations leave them (absent: never changed).
     private var carts: [String: Cart]
     /// Each cart's lines by sku: the seq of the event that put the line in the cart (its order).
-    private var positions: [String: [String: Int64]]
+    private var positions: [String: LinePositions]
     /// Lines to write (added or changed) and lines to delete, by cart: disjoint at the end.
     private var changedLines: [String: Set<String>] = [:]
     private var removedLines: [String: Set<String>] = [:]
@@ -60,7 +60,7 @@ struct PostgresBatch: Sendable {
         let keys = Array(Set(mutations.compactMap(\.keyed?.key)))
         let kept = cache.entries(cartIDs, latest: latest)
         var carts: [String: Cart] = [:]
-        var positions: [String: [String: Int64]] = [:]
+        var positions: [String: LinePositions] = [:]
         let read = ReadCarts(ids: cartIDs, keptVersions: cartIDs.map { kept[$0]?.cart.version ?? -1 })
         for try await (id, version, lines) in try await connection.execute(read, logger: logger) {
             if let lines {
@@ -84,7 +84,7 @@ struct PostgresBatch: Sendable {
     }
 
     private init(
-        previous: Int64, carts: [String: Cart], positions: [String: [String: Int64]], rememberedKeys: [IdempotencyKey: RememberedCommit]
+        previous: Int64, carts: [String: Cart], positions: [String: LinePositions], rememberedKeys: [IdempotencyKey: RememberedCommit]
     ) {
         self.previous = previous
         self.carts = carts
@@ -98,7 +98,7 @@ struct PostgresBatch: Sendable {
     /// Every cart the batch read or changed, as it leaves them: what its commit made them
     /// (`CartCache.keep`).
     var cartsAfter: [String: CartCache.Entry] {
-        carts.mapValues { CartCache.Entry(cart: $0, positions: positions[$0.id] ?? [:]) }
+        carts.mapValues { CartCache.Entry(cart: $0, positions: positions[$0.id] ?? LinePositions()) }
     }
 
     /// Plans `mutation` on its cart as the batch has it so far; on success the event takes the
@@ -122,16 +122,11 @@ struct PostgresBatch: Sendable {
         events.append(commit.event)
         encodedChanges.append(plan.encodedChange)
         carts[cartID] = plan.after
+        let gone = positions[cartID, default: LinePositions()].apply(commit.event.change, at: commit.event.seq)
         switch commit.event.change {
-        case .itemAdded(let item, _):
-            if positions[cartID]?[item.sku] == nil { positions[cartID, default: [:]][item.sku] = commit.event.seq }
-            changed(item.sku, in: cartID)
-        case .quantityChanged(let sku, _):
-            changed(sku, in: cartID)
-        case .itemRemoved(let sku):
-            removed([sku], from: cartID)
-        case .cartCleared:
-            removed(positions[cartID].map { Array($0.keys) } ?? [], from: cartID)
+        case .itemAdded(let item, _): changed(item.sku, in: cartID)
+        case .quantityChanged(let sku, _): changed(sku, in: cartID)
+        case .itemRemoved, .cartCleared: removed(gone, from: cartID)
         }
         return .success(commit)
     }
@@ -143,7 +138,6 @@ struct PostgresBatch: Sendable {
 
     private mutating func removed(_ skus: [String], from cartID: String) {
         for sku in skus {
-            positions[cartID]?[sku] = nil
             changedLines[cartID]?.remove(sku)
             removedLines[cartID, default: []].insert(sku)
         }
@@ -264,7 +258,7 @@ struct PostgresBatch: Sendable {
                     linePositions[skus[index]] = positions[index]
                 }
             }
-            return (id, version, CartCache.Entry(cart: cart, positions: linePositions))
+            return (id, version, CartCache.Entry(cart: cart, positions: LinePositions(linePositions)))
         }
     }
 

@@ -19,7 +19,7 @@ struct CartCacheTests {
     static func entry(_ id: String, version: Int64, skus: [String], from seq: Int64 = 1) -> CartCache.Entry {
         var positions: [String: Int64] = [:]
         for (index, sku) in skus.enumerated() { positions[sku] = seq + Int64(index) }
-        return CartCache.Entry(cart: Cart(id: id, version: version, items: skus.map { item($0) }), positions: positions)
+        return CartCache.Entry(cart: Cart(id: id, version: version, items: skus.map { item($0) }), positions: LinePositions(positions))
     }
 
     /// A kept cart moved on by each delivered event of the next version ends as folding the
@@ -41,11 +41,11 @@ struct CartCacheTests {
         for event in events { folded.apply(event) }
         #expect(kept.cart == folded)
         #expect(kept.cart.items.map(\.sku) == ["a", "b", "x"])
-        #expect(kept.positions == ["a": 1, "b": 2, "x": 8], "a line added again is placed at its new seq")
+        #expect(kept.positions.bySKU == ["a": 1, "b": 2, "x": 8], "a line added again is placed at its new seq")
         #expect(cache.entries(["other"], latest: 8).isEmpty, "a cart never kept is not made up from its events")
 
         cache.apply(Self.event(9, version: 8, .cartCleared))
-        #expect(cache.entries(["c"], latest: 9)["c"] == CartCache.Entry(cart: Cart(id: "c", version: 8), positions: [:]))
+        #expect(cache.entries(["c"], latest: 9)["c"] == CartCache.Entry(cart: Cart(id: "c", version: 8), positions: LinePositions()))
     }
 
     /// A version skipped (a change this cache never saw) forgets the cart rather than keep it
