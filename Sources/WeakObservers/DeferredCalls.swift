@@ -82,4 +82,9 @@ public final class DeferredCalls: Sendable {
     public var backlog: Int {
         state.withLockedValue { $0.calls.count }
     }
+
+    /// How many producers wait for `room()`.
+    public var producersWaiting: Int {
+        state.withLockedValue { $0.waitingForRoom.count }
+    }
 }

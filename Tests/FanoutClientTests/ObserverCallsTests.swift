@@ -120,7 +120,8 @@ struct ObserverCallsTests {
             await calls.room()
             waited.withLockedValue { $0 = true }
         }
-        // The producer is not let on while four calls wait.
+        // The producer is not let on while four calls wait: it waits for room.
+        await eventually("the producer waits for room") { calls.producersWaiting == 1 }
         #expect(!waited.withLockedValue { $0 })
         release.signal()
         try await first.value

@@ -225,15 +225,17 @@ final class PostgresPresence: Service, Sendable {
         }
     }
 
-    /// Reads the others' rows at each ring of `readBell`, and yields the view when it changed
-    /// (the first always).
+    /// Reads the others' rows at each ring of `readBell` (every second at least), and yields
+    /// the view when they changed (the first always). The rows are compared as read: their
+    /// states are decoded only for a view that changed, not every second for every member.
     private func readOthers() async {
-        var last: PresenceView?
+        var last: Set<PresenceStatements.ReadRow>?
         await attempt(at: readBell.stream, "read") {
-            let view = PresenceView(rows: try await store.execute(PresenceStatements.Read(node: node), logger: logger))
-            if view != last {
-                last = view
-                viewStream.continuation.yield(view)
+            let rows = try await store.execute(PresenceStatements.Read(node: node), logger: logger)
+            let read = Set(rows)
+            if read != last {
+                last = read
+                viewStream.continuation.yield(PresenceView(rows: rows))
             }
         }
     }

@@ -123,20 +123,29 @@ enum PresenceStatements {
             binds.append(node)
             return binds
         }
-        func decodeRow(_ row: PostgresRow) throws -> (row: PresenceRow, left: String?, alive: Bool) {
+        func decodeRow(_ row: PostgresRow) throws -> ReadRow {
             let (cart, user, member, state, since, left, alive) = try row.decode(
                 (String, String, String, String, Int64, String?, Bool?).self)
-            return (PresenceRow(cart: cart, user: user, member: member, state: state, since: since), left, alive ?? false)
+            return ReadRow(
+                row: PresenceRow(cart: cart, user: user, member: member, state: state, since: since), left: left, alive: alive ?? false)
         }
+    }
+
+    /// One of the others' rows as `Read` reads it: the member's row, the reason it left (if it
+    /// did), whether its node is alive.
+    struct ReadRow: Sendable, Hashable {
+        let row: PresenceRow
+        let left: String?
+        let alive: Bool
     }
 }
 
 extension PresenceView {
     /// The view of the others' rows (`PresenceStatements.Read`); a reason this version does
     /// not know reads as `closed`.
-    init(rows: [(row: PresenceRow, left: String?, alive: Bool)]) {
+    init(rows: [PresenceStatements.ReadRow]) {
         self.init()
-        for (row, left, alive) in rows {
+        for (row, left, alive) in rows.map({ ($0.row, $0.left, $0.alive) }) {
             if let left {
                 departed[row.key] = PresenceLeaveReason(rawValue: left) ?? .closed
             } else if alive {

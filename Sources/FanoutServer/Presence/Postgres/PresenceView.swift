@@ -16,7 +16,7 @@ struct PresenceView: Sendable, Equatable {
 
 /// A member as a `presence_members` row stores it: the user `""` for none, the state as JSON
 /// text, the time it joined in milliseconds since 1970. Only the statements speak it.
-struct PresenceRow: Sendable {
+struct PresenceRow: Sendable, Hashable {
     var cart: String
     var user: String
     var member: String
