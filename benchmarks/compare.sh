@@ -6,7 +6,9 @@
 # .build-release), RUN_TIMEOUT (seconds one measurement may take, default 300), BUILD_TIMEOUT
 # (default 3600), TOKENS=1 (fanout's subscribers hold a signed token naming the carts written,
 # the writers the operator's token: the per-event cost of a token's cart filter), CROWD=1 (only
-# the crowd run: 19 000 WebSocket subscribers, 50 writes at 5 a second; about 3 minutes a round).
+# the crowd run: 19 000 WebSocket subscribers, 50 writes at 5 a second; about 3 minutes a round),
+# IDLE_SECONDS (how long the idle runs hold their subscribers while the servers' CPU is measured,
+# default 20).
 set -euo pipefail
 # The benchmark executables exist only with this set (Package.swift).
 export FANOUT_BENCHMARKS=1
@@ -16,9 +18,14 @@ export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
 SCRATCH=${SCRATCH:-.build-release}
 RUNS=${RUNS:-3}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+IDLE_SECONDS=${IDLE_SECONDS:-20}
+# How often every server checks an idle subscriber: fanout-server's heartbeat (its default, 5 s);
+# nchan pings its WebSocket and EventSource subscribers and NATS its clients as often, so that
+# the idle runs compare servers that would all notice a dead subscriber as soon.
+PING_SECONDS=5
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-3600}
 NCHAN_MODULE=/usr/lib/nginx/modules/ngx_nchan_module.so
-# 9 000 idle WebSockets need that many descriptors in the client and in each server, plus
+# 10 000 idle WebSockets need that many descriptors in the client and in each server, plus
 # slack; 20 000 is also the hard limit of the CI machine kind.
 FD_LIMIT=20000
 
@@ -113,7 +120,7 @@ ulimit -n "$FD_LIMIT" 2>/dev/null || ulimit -Sn "$FD_LIMIT" \
 # ---------------------------------------------------------------------------------------
 # Release binaries, in their own scratch folder so they never disturb a debug build.
 
-for product in fanout-server fanout-bench cartstore-bench; do
+for product in fanout-server fanout-bench cartstore-bench hummingbird-floor; do
     log "building $product (release, $SCRATCH)"
     timeout "$BUILD_TIMEOUT" swift build -c release --scratch-path "$SCRATCH" --product "$product" >&2
 done
@@ -121,6 +128,15 @@ BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
 SERVER=$BIN/fanout-server
 BENCH=$BIN/fanout-bench
 STORE_BENCH=$BIN/cartstore-bench
+FLOOR=$BIN/hummingbird-floor
+# The SQLite floor: fanout's statements in C (benchmarks/WriteFloor), against the system libsqlite3.
+command -v cc >/dev/null 2>&1 && [ -f /usr/include/sqlite3.h ] || {
+    log "installing gcc libsqlite3-dev"
+    ./scripts/apt-install --no-install-recommends gcc libc6-dev libsqlite3-dev
+}
+WRITE_FLOOR=$TMP/write-floor
+cc -O2 -o "$WRITE_FLOOR" benchmarks/WriteFloor/write-floor.c -lsqlite3 || die "cannot build write-floor"
+cat Sources/CartStore/SQLite/Migrations/*.sql >"$TMP/schema.sql"
 "$BENCH" --help >/dev/null 2>&1 || die "$BENCH does not run"
 
 # ---------------------------------------------------------------------------------------
@@ -188,6 +204,8 @@ http {
             # Live messages only, like a fanout subscriber without since: nothing published
             # before it connected (such as the probe below) reaches it.
             nchan_subscriber_first_message newest;
+            nchan_websocket_ping_interval $PING_SECONDS;
+            nchan_eventsource_ping_interval $PING_SECONDS;
         }
     }
 }
@@ -221,6 +239,8 @@ listen: "127.0.0.1:$port"
 # The default is 64K; the idle runs hold 9 000 subscribers, and the process inherits this
 # script's open-file limit.
 max_connections: $FD_LIMIT
+# As often as fanout-server heartbeats (PING_SECONDS; the default is 2 minutes).
+ping_interval: "${PING_SECONDS}s"
 log_file: "$dir/nats.log"
 websocket {
     listen: "127.0.0.1:$ws_port"
@@ -258,6 +278,25 @@ PY
     [ "$answer" = PONG ] || { cat "$dir/nats.log" >&2; die "publishing to NATS answered ${answer:-nothing}"; }
 }
 
+# The HTTP floor: hummingbird-floor answers a publish as nchan does, each connection's task on
+# its event loop as fanout-server's are. Measured as nchan is (fanout-bench --peer nchan).
+start_floor() {
+    local dir=$TMP/$1 line="" i
+    mkdir -p "$dir"
+    "$FLOOR" --port 0 --on-loop >"$dir/stdout" 2>"$dir/stderr" &
+    SERVER_PID=$!
+    STOP_PID=$SERVER_PID
+    started+=("$SERVER_PID")
+    for i in $(seq 200); do
+        line=$(head -n 1 "$dir/stdout" 2>/dev/null || true)
+        [[ $line == "listening on "* ]] && break
+        alive "$SERVER_PID" || { cat "$dir/stderr" >&2; die "hummingbird-floor exited at startup"; }
+        sleep 0.05
+    done
+    [[ $line == "listening on "* ]] || die "hummingbird-floor printed no address within 10 s"
+    URL=${line#listening on }
+}
+
 # ---------------------------------------------------------------------------------------
 # Measurements. Each writes fanout-bench's one JSON line to $RESULTS/<run>.<peer>.json.
 
@@ -281,7 +320,12 @@ failures=0
 # measure RUN PEER TRANSPORT SUBSCRIBERS EVENTS [WRITERS [RATE]]   (in round $ROUND)
 measure() {
     local run=$1 peer=$2 transport=$3 subscribers=$4 events=$5 writers=${6:-} rate=${7:-} bench rc out
-    local args=(--subscribers "$subscribers" --events "$events" --peer "$peer" --transport "$transport")
+    local args=(--subscribers "$subscribers" --events "$events" --transport "$transport")
+    # The floor publishes as nchan, under its own name.
+    if [ "$peer" = floor ]; then args+=(--peer nchan --label floor); else args+=(--peer "$peer"); fi
+    # An idle run holds its subscribers IDLE_SECONDS while the server's CPU is measured; meanwhile
+    # this script reads the kernel's memory for the server's end of them (socket_memory.py).
+    [[ $run != idle* ]] || args+=(--idle-seconds "$IDLE_SECONDS" --ready-file "$TMP/$run.$peer.$ROUND/ready")
     [ -z "$writers" ] || args+=(--writers "$writers")
     [ -z "$rate" ] || args+=(--rate "$rate")
     local name=$run.$peer.$ROUND
@@ -294,6 +338,16 @@ measure() {
     timeout -k 10 "$RUN_TIMEOUT" "$BENCH" "${args[@]}" >"$out.tmp" 2>"$TMP/$name/bench.err" &
     bench=$!
     started+=("$bench")
+    if [[ $run == idle* ]]; then
+        local port=${URL##*:} i
+        for i in $(seq $((RUN_TIMEOUT * 10))); do
+            [ -f "$TMP/$name/ready" ] || { alive "$bench" && sleep 0.1 && continue; }
+            break
+        done
+        # A second to settle, as the bench waits before it measures.
+        sleep 1
+        python3 benchmarks/socket_memory.py "${port%%/*}" >"$TMP/$name/kernel.json" 2>>"$TMP/$name/bench.err" || true
+    fi
     if wait "$bench"; then rc=0; else rc=$?; fi
     forget started "$bench"
     stop "$STOP_PID"
@@ -302,6 +356,7 @@ measure() {
     # odd numbers, and the temp dir holding them is deleted at exit.
     local logfile=$TMP/$name/stderr
     [ "$peer" = nchan ] && logfile=$TMP/$name/error.log
+    [ "$peer" = floor ] && logfile=$TMP/$name/stderr
     # nats-server logs its start and stop at [INF], and a warning that the WebSocket listener
     # has no TLS, however it is configured: only the rest.
     if [ "$peer" = nats ]; then
@@ -313,7 +368,17 @@ measure() {
         tail -n 3 "$logfile" | cut -c 1-300 >&2
     fi
     if [ "$rc" -eq 0 ] && python3 -c 'import json, sys; json.loads(open(sys.argv[1]).read())' "$out.tmp" 2>/dev/null; then
-        mv "$out.tmp" "$out"
+        if [ -s "$TMP/$name/kernel.json" ]; then
+            python3 - "$out.tmp" "$TMP/$name/kernel.json" >"$out" <<'PY'
+import json, sys
+result = json.loads(open(sys.argv[1]).read())
+result["kernel"] = json.loads(open(sys.argv[2]).read())
+print(json.dumps(result, separators=(",", ":"), sort_keys=True))
+PY
+            rm -f "$out.tmp"
+        else
+            mv "$out.tmp" "$out"
+        fi
     else
         failures=$((failures + 1))
         [ "$rc" -eq 124 ] && log "  timed out after ${RUN_TIMEOUT} s" || log "  failed (exit $rc)"
@@ -340,13 +405,26 @@ for ROUND in $(seq "$RUNS"); do
         [ "$transport" = websocket ] || { suffix="-$transport"; peers=(fanout nchan); }
         for peer in "${peers[@]}"; do measure "small$suffix" "$peer" "$transport" 100 2000 4; done
         for peer in "${peers[@]}"; do measure "large$suffix" "$peer" "$transport" 1000 500 4; done
-        for peer in "${peers[@]}"; do measure "idle$suffix" "$peer" "$transport" 9000 0; done
+        for peer in "${peers[@]}"; do measure "idle$suffix" "$peer" "$transport" 10000 0; done
     done
     # Saturation: more writers than the cores can serve, so the server's fan-out is the limit.
     for peer in fanout nchan nats; do measure saturation "$peer" websocket 1000 2000 16; done
-    # What one HTTP mutation costs the server, nobody listening; and what the store alone
-    # costs (cartstore-bench: sequential mutations, durability .full, no observers).
-    measure mutations fanout websocket 0 10000 4
+    # What one write costs each server with nobody listening: what the small and large runs'
+    # fan-out costs on top of it falls out (report.py). Beside them the floors of a durable write:
+    # Hummingbird answering a publish, and fanout's statements in SQLite alone, a transaction
+    # per write and four (the most four writers' batches hold); and the store alone
+    # (cartstore-bench: sequential mutations, durability .full, no observers).
+    for peer in fanout nchan nats floor; do measure zero "$peer" websocket 0 2000 4; done
+    for batch in 1 4; do
+        log "round $ROUND/$RUNS, SQLite alone: 4 000 writes, $batch a transaction"
+        rm -f "$TMP"/floor.sqlite*
+        if floor=$(timeout "$RUN_TIMEOUT" "$WRITE_FLOOR" "$TMP/floor.sqlite" "$TMP/schema.sql" 4000 "$batch"); then
+            echo "${floor%\}},\"peer\":\"fanout\"}" >"$RESULTS/sqlite-$batch.fanout.$ROUND.json"
+        else
+            failures=$((failures + 1))
+            log "  write-floor failed"
+        fi
+    done
     log "round $ROUND/$RUNS, store: cartstore-bench mutations"
     if store_cpu=$(timeout "$RUN_TIMEOUT" "$STORE_BENCH" mutations | awk '/^file, durability .full +none / { print $NF }') && [ -n "$store_cpu" ]; then
         echo "{\"peer\":\"fanout\",\"storeCpuMicrosPerMutation\":$store_cpu}" >"$RESULTS/store.fanout.$ROUND.json"

@@ -71,7 +71,29 @@ PEERS = ("fanout", "nchan", "nats")
 # but missing (a failed run) shows "-".
 RUNS = {f"{size}{suffix}": PEERS if suffix == "" else ("fanout", "nchan")
         for suffix in ("", "-sse") for size in ("small", "large", "idle")}
-RUNS.update({"crowd": PEERS, "saturation": PEERS, "mutations": ("fanout",), "store": ("fanout",)})
+RUNS.update({"crowd": PEERS, "saturation": PEERS, "zero": PEERS, "mutations": ("fanout",), "store": ("fanout",),
+             "sqlite-1": ("fanout",), "sqlite-4": ("fanout",)})
+
+
+def own_fanout_cost(results):
+    """The fan-out's own CPU per delivery: a run's server CPU less what its writes cost the
+    same server with nobody listening (the zero run of the same round), per delivery."""
+    def figure(r):
+        zero = results.get(("zero", r["peer"]), {}).get(r.get("round", 1))
+        per_write = cpu_per_mutation(zero) if zero else None
+        if per_write is None or r.get("serverCpuSeconds") is None or not r.get("deliveries"):
+            return None
+        return (r["serverCpuSeconds"] * 1e6 - per_write * r["acknowledged"]) / r["deliveries"]
+    return figure
+
+
+def kernel_per_connection(r):
+    return value(r, ("kernel", "kiBPerConnection"))
+
+
+def memory_per_connection(r):
+    rss, kernel = rss_per_subscriber(r), kernel_per_connection(r)
+    return None if rss is None or kernel is None else rss + kernel
 
 
 def header(title):
@@ -103,6 +125,7 @@ def row(results, run, label, figure, decimals):
 
 def loaded(results, run, title):
     header(title)
+    own = own_fanout_cost(results)
     for label, path, decimals in [
         ("subscribers connected", ("connected",), 0),
         ("writes acknowledged", ("acknowledged",), 0),
@@ -114,6 +137,7 @@ def loaded(results, run, title):
         ("lost", ("lost",), 0),
         ("duplicated", ("duplicated",), 0),
         ("server CPU per delivery (µs)", ("serverCpuMicrosPerDelivery",), 2),
+        ("  of which the fan-out's own (µs)", own, 2),
         ("bench CPU per delivery (µs)", ("clientCpuMicrosPerDelivery",), 2),
     ]:
         row(results, run, label, path, decimals)
@@ -124,6 +148,29 @@ def idle(results, run, title):
     header(title)
     row(results, run, "subscribers connected", ("connected",), 0)
     row(results, run, "RSS per idle subscriber (KiB)", rss_per_subscriber, 1)
+    row(results, run, "kernel memory per connection (KiB)", kernel_per_connection, 1)
+    row(results, run, "RSS + kernel per connection (KiB)", memory_per_connection, 1)
+    row(results, run, "CPU per idle connection per second (µs)", ("idleCpuMicrosPerConnectionSecond",), 2)
+    print()
+
+
+def floors(results):
+    """What a write costs each server with nobody listening, and the floors under fanout's."""
+    header("Writes, nobody listening: 2 000 writes, 4 writers")
+    row(results, "zero", "writes/s", ("mutationsPerSecond",), 0)
+    row(results, "zero", "server CPU per write (µs)", cpu_per_mutation, 1)
+    print()
+    nchan = per_round(results, "zero", "nchan", cpu_per_mutation)
+    print(f"{'The floors of a durable write':<{WIDTH}}{'CPU (µs)':>12}{'/ nchan publish':>22}")
+    for label, run, peer, figure in [
+        ("Hummingbird, a publish answered at once", "zero", "floor", cpu_per_mutation),
+        ("SQLite alone, a transaction per write", "sqlite-1", "fanout", ("cpuMicrosPerWrite",)),
+        ("SQLite alone, 4 writes a transaction", "sqlite-4", "fanout", ("cpuMicrosPerWrite",)),
+        ("CartStore alone, sequential", "store", "fanout", ("storeCpuMicrosPerMutation",)),
+    ]:
+        values = per_round(results, run, peer, figure)
+        if values:
+            print(f"  {label:<{WIDTH - 2}}{fmt(median(values.values()), 1):>12}{ratio(values, nchan):>22}")
     print()
 
 
@@ -156,7 +203,8 @@ def main(path):
     for suffix, name in (("", "WebSocket"), ("-sse", "Server-Sent Events")):
         loaded(results, f"small{suffix}", f"{name}: 100 subscribers × 2 000 events")
         loaded(results, f"large{suffix}", f"{name}: 1 000 subscribers × 500 events")
-        idle(results, f"idle{suffix}", f"{name}: 9 000 idle subscribers")
+        idle_count = median(r.get("subscribers", 0) for r in results.get((f"idle{suffix}", "fanout"), {}).values())
+        idle(results, f"idle{suffix}", f"{name}: {fmt(idle_count or 0, 0)} idle subscribers")
     header("Saturation: 1 000 subscribers, 16 writers")
     row(results, "saturation", "writes/s", ("mutationsPerSecond",), 0)
     row(results, "saturation", "deliveries/s", ("deliveriesPerSecond",), 0)
@@ -164,11 +212,16 @@ def main(path):
     row(results, "saturation", "server CPU per delivery (µs)", ("serverCpuMicrosPerDelivery",), 2)
     row(results, "saturation", "lost + duplicated", lambda r: r.get("lost", 0) + r.get("duplicated", 0), 0)
     print()
-    header("Mutations alone: no subscribers, 10 000 writes; the store alone (cartstore-bench)")
-    row(results, "mutations", "writes/s", ("mutationsPerSecond",), 0)
-    row(results, "mutations", "server CPU per mutation (µs)", cpu_per_mutation, 1)
-    row(results, "store", "CartStore alone, CPU per mutation (µs)", ("storeCpuMicrosPerMutation",), 1)
-    missing = [f"{run}.{peer}" for run in RUNS if run != "crowd" for peer in measured(results, run) if not results.get((run, peer))]
+    if any(run == "zero" for run, _ in results):
+        floors(results)
+    else:  # a run kept from before the zero runs
+        header("Mutations alone: no subscribers, 10 000 writes; the store alone (cartstore-bench)")
+        row(results, "mutations", "writes/s", ("mutationsPerSecond",), 0)
+        row(results, "mutations", "server CPU per mutation (µs)", cpu_per_mutation, 1)
+        row(results, "store", "CartStore alone, CPU per mutation (µs)", ("storeCpuMicrosPerMutation",), 1)
+    current = ("zero", "sqlite-1", "sqlite-4") if any(run == "zero" for run, _ in results) else ("mutations",)
+    missing = [f"{run}.{peer}" for run in RUNS if run != "crowd" and run not in ("zero", "sqlite-1", "sqlite-4", "mutations") or run in current
+               for peer in measured(results, run) if not results.get((run, peer))]
     if missing:
         print(f"\nmissing runs (shown as -): {', '.join(missing)}")
 

@@ -184,6 +184,8 @@ struct BenchReport: JSONLine {
     var clientCpuMicrosPerDelivery: Double?
     var serverRssKiB: Int?
     var serverRssBeforeKiB: Int?
+    /// With --idle-seconds: the server's CPU over that span, per connection and second.
+    var idleCpuMicrosPerConnectionSecond: Double?
     /// With several servers: each one's VmRSS at the end, in the order of `--server-pid`.
     var serverRssKiBEach: [Int]?
 

@@ -69,6 +69,20 @@ struct FanoutBench: AsyncParsableCommand {
     @Option(help: "fanout, nchan or nats.")
     var peer: Peer = .fanout
 
+    @Option(
+        help: """
+            The peer's name in the report, when it is not --peer: another server that answers as --peer does (the \
+            HTTP floor, hummingbird-floor, publishes as nchan).
+            """)
+    var label: String?
+
+    @Option(
+        help: """
+            With --events 0: seconds to hold the subscribers idle while the server's CPU is measured (heartbeats, \
+            leases, pings), after a second to settle; 0 measures memory only. --ready-file is written before.
+            """)
+    var idleSeconds: Double = 0
+
     @Option(help: "NATS's client port, where --peer nats publishes (nats://host:port); --url is then its WebSocket listener.")
     var natsURL: String?
 
@@ -141,6 +155,7 @@ struct FanoutBench: AsyncParsableCommand {
             }
         }
         if let rate, !(rate > 0) { throw ValidationError("--rate must be > 0") }
+        guard idleSeconds >= 0 else { throw ValidationError("--idle-seconds must be ≥ 0") }
         guard subscribers >= 0, events >= 0, writers >= 1, (receiveThreads ?? 1) >= 1 else {
             throw ValidationError("--subscribers and --events must be ≥ 0, --writers and --receive-threads ≥ 1")
         }
@@ -189,12 +204,19 @@ struct FanoutBench: AsyncParsableCommand {
             try Data("\(fleet.connectedCount)\n".utf8).write(to: URL(fileURLWithPath: readyFile), options: .atomic)
         }
         var report = BenchReport(
-            peer: peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount, events: events,
+            peer: label ?? peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount,
+            events: events,
             writers: writers, rssBefore: rssBefore, rss: nil)
 
         guard events > 0 else {
             guard let writesFile else {
                 try await Task.sleep(for: .seconds(1))  // let the server settle its buffers
+                if idleSeconds > 0, let before = server.cpuSeconds() {
+                    try await Task.sleep(for: .seconds(idleSeconds))
+                    if let after = server.cpuSeconds(), fleet.connectedCount > 0 {
+                        report.idleCpuMicrosPerConnectionSecond = (after - before) * 1e6 / (Double(fleet.connectedCount) * idleSeconds)
+                    }
+                }
                 report.serverRssKiB = server.rssKiB()
                 print(report.json())
                 Foundation.exit(0)

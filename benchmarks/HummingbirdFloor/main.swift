@@ -1,8 +1,10 @@
-// What Hummingbird itself costs per request on this machine: one route, `GET /healthz`, the
-// same answer as fanout-server's, no middleware. `benchmarks/requests.sh` (PEERS=1) measures
-// it beside fanout-server and nginx, once as Hummingbird runs connections (a task each on
-// Swift concurrency's pool) and once with `--on-loop`, each connection's task preferring its
-// event loop as fanout-server's do. Usage: hummingbird-floor --port PORT [--on-loop] (0: any free port)
+// What Hummingbird itself costs per request on this machine: `GET /healthz`, the same answer as
+// fanout-server's, no middleware. `benchmarks/requests.sh` (PEERS=1) measures it beside
+// fanout-server and nginx, once as Hummingbird runs connections (a task each on Swift
+// concurrency's pool) and once with `--on-loop`, each connection's task preferring its event loop
+// as fanout-server's do. It also answers `POST /pub/NAME` as nchan does (201, the body read and
+// dropped): compare.sh's floor of a write, what Hummingbird costs per publish.
+// Usage: hummingbird-floor --port PORT [--on-loop] (0: any free port)
 import Foundation
 import Hummingbird
 import HummingbirdCore
@@ -42,6 +44,13 @@ router.get("healthz") { _, _ -> Response in
     Response(
         status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
         body: .init(byteBuffer: ByteBuffer(string: #"{"status":"ok"}"#)))
+}
+// A publish as nchan answers it, for compare.sh's floor of a write (fanout-bench --peer nchan):
+// the body read whole, 201 and a short text; nothing kept, nothing sent on.
+router.post("pub/:channel") { request, _ -> Response in
+    _ = try await request.body.collect(upTo: 64 * 1_024)
+    return Response(
+        status: .created, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: "queued messages: 0\n")))
 }
 let app = Application(
     router: router,
