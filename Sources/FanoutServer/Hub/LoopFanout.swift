@@ -4,11 +4,11 @@ import Synchronization
 /// The live subscribers of one event loop, and the pass that writes them what the ring holds
 /// for them.
 ///
-/// A commit pokes every loop; a poke schedules one pass unless one is already pending. A pass
-/// writes each subscriber with room every ring event after its cursor that it wants, then
-/// flushes it once: when events arrive faster than passes go, the next pass carries all of
-/// them, so a busy server makes fewer, larger writes instead of falling behind one event at a
-/// time. Under continuous load a pass also waits behind the one before it as long as that one
+/// A commit pokes every loop with members; a poke schedules one pass unless one is already
+/// pending. A pass writes each subscriber with room every ring event after its cursor that it
+/// wants, then flushes it once: when events arrive faster than passes go, the next pass carries
+/// all of them, so a busy server makes fewer, larger writes instead of falling behind one event
+/// at a time. Under continuous load a pass also waits behind the one before it as long as that one
 /// took (`passWhenDue`): at 1 000 subscribers that cut the write calls per delivery by two
 /// thirds and the CPU per delivery by half, with p50 unchanged.
 ///
@@ -20,6 +20,11 @@ final class LoopFanout: @unchecked Sendable {
     let loop: any EventLoop
     private let ring: LiveRing
     private let passPending = Atomic<Bool>(false)
+    /// How many `members` there are, for `poke` on other threads: a loop nobody on it listens
+    /// to is not woken for a commit (a write with no subscriber wakes no loop for it). Raised
+    /// before a member's first pass reads the ring, so a commit either pokes or is in the ring
+    /// that pass reads.
+    private let memberCount = Atomic<Int>(0)
     // Touched on `loop` only (hence @unchecked Sendable).
     private var members: [Subscriber] = []
     private var slotByID: [ObjectIdentifier: Int] = [:]
@@ -40,6 +45,7 @@ final class LoopFanout: @unchecked Sendable {
 
     /// From any thread: the ring has something new.
     func poke() {
+        guard memberCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
         guard !passPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
         loop.execute { self.passWhenDue() }
     }
@@ -65,6 +71,7 @@ final class LoopFanout: @unchecked Sendable {
         guard slotByID[id] == nil else { return }
         slotByID[id] = members.count
         members.append(subscriber)
+        memberCount.store(members.count, ordering: .sequentiallyConsistent)
         pass()
     }
 
@@ -160,5 +167,6 @@ final class LoopFanout: @unchecked Sendable {
             slotByID[ObjectIdentifier(members[index])] = index
         }
         members.removeLast()
+        memberCount.store(members.count, ordering: .sequentiallyConsistent)
     }
 }
