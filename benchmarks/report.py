@@ -177,7 +177,8 @@ def floors(results):
 
 
 def crowd(results):
-    header("Crowd: 19 000 subscribers, 50 writes at 5/s")
+    rates = [r.get("rate") for r in results.get(("crowd", "fanout"), {}).values() if r.get("rate")]
+    header(f"Crowd: 19 000 subscribers, 50 writes at {fmt(median(rates), 0) if rates else '?'}/s")
     for label, figure, decimals in [
         ("subscribers connected", ("connected",), 0),
         ("RSS per subscriber (KiB)", rss_per_subscriber, 1),

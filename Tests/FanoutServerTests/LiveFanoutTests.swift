@@ -111,6 +111,27 @@ struct LiveFanoutTests {
         if case .event(let event) = heard.1.first { #expect(event.seq == 1) } else { Issue.record("the event first") }
     }
 
+    @Test func aHeartbeatIntervalsSlicesReachEverySubscriberOnceAndATenthAtATime() async throws {
+        let harness = try HubHarness()
+        var opened: [RecordingTransport] = []
+        for _ in 0..<25 { opened.append(try await harness.live().1) }
+        let transports = opened
+        var heard = Array(repeating: 0, count: transports.count)
+        for slice in 0..<HeartbeatSlices.count {
+            harness.hub.heartbeat(slice: slice)
+            let now = try await harness.onLoop {
+                try transports.map { transport in
+                    defer { transport.written.removeAll() }
+                    return try transport.messages().filter { $0 == .heartbeat(latestSeq: 0) }.count
+                }
+            }
+            // One write per subscriber of a slice: 25 subscribers dealt to 10 slices, 2 or 3 each.
+            #expect((2...3).contains(now.reduce(0, +)), "slice \(slice)")
+            for (index, count) in now.enumerated() { heard[index] += count }
+        }
+        #expect(heard == Array(repeating: 1, count: transports.count), "each subscriber once an interval")
+    }
+
     @Test func theRingHoldsNoGapAndNoEventTwice() {
         func bytes(_ seq: Int64) -> EventBytes {
             EventBytes(CartEvent(seq: seq, cartID: "c", change: .cartCleared, version: seq, committedAt: Date()))

@@ -165,6 +165,8 @@ struct BenchReport: JSONLine {
     var connected: Int
     var events: Int
     var writers: Int
+    /// The writes per second asked for (`--rate`); nil when each writer went as fast as it could.
+    var rate: Double?
     var acknowledged = 0
     var deliveries = 0
     var seconds: Double?

@@ -207,6 +207,7 @@ struct FanoutBench: AsyncParsableCommand {
             peer: label ?? peer.rawValue, transport: transport.rawValue, subscribers: subscribers, connected: fleet.connectedCount,
             events: events,
             writers: writers, rssBefore: rssBefore, rss: nil)
+        report.rate = rate
 
         guard events > 0 else {
             guard let writesFile else {

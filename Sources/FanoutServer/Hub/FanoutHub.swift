@@ -280,12 +280,13 @@ final class FanoutHub: CartStoreObserver {
         await openConnections.waitForNone(until: .now + limit)
     }
 
-    /// Sends every live subscriber that has everything a heartbeat saying so (encoded once).
-    func heartbeat() {
+    /// Sends every live subscriber of `slice` (of `HeartbeatSlices.count`; every one when nil)
+    /// that has everything a heartbeat saying so (encoded once).
+    func heartbeat(slice: Int? = nil) {
         let latestSeq = self.latestSeq
         let frames = WireFraming.frameForAll(ServerEncoding.message(.heartbeat(latestSeq: latestSeq)))
         for fanout in loops.withLockedValue({ $0 }) {
-            fanout.loop.execute { fanout.heartbeat(latestSeq: latestSeq, frames: frames) }
+            fanout.loop.execute { fanout.heartbeat(latestSeq: latestSeq, frames: frames, slice: slice) }
         }
     }
 

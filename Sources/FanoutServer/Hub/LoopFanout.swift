@@ -35,6 +35,9 @@ final class LoopFanout: @unchecked Sendable {
     /// When the last pass that wrote anything ended, and how long it took (see `passWhenDue`).
     private var lastPassEnded = NIODeadline.distantPast
     private var lastPassTook = TimeAmount.zero
+    /// The slice the next member is heartbeaten in (`heartbeat`): members are dealt to the
+    /// slices in turn.
+    private var nextHeartbeatSlice = 0
     /// The longest a pass waits behind the one before it: a bound on the latency it adds.
     static let longestGap = TimeAmount.milliseconds(5)
 
@@ -70,6 +73,8 @@ final class LoopFanout: @unchecked Sendable {
         let id = ObjectIdentifier(subscriber)
         guard slotByID[id] == nil else { return }
         slotByID[id] = members.count
+        subscriber.heartbeatSlice = nextHeartbeatSlice
+        nextHeartbeatSlice = (nextHeartbeatSlice + 1) % HeartbeatSlices.count
         members.append(subscriber)
         memberCount.store(members.count, ordering: .sequentiallyConsistent)
         pass()
@@ -91,12 +96,13 @@ final class LoopFanout: @unchecked Sendable {
         poke()
     }
 
-    /// On the loop, after a pass: sends a heartbeat saying `latestSeq` to every member that has
-    /// been sent everything up to it and has room (one that has not is still being sent events).
-    func heartbeat(latestSeq: Int64, frames: [ByteBuffer]) {
+    /// On the loop, after a pass: sends a heartbeat saying `latestSeq` to every member of
+    /// `slice` (every member when nil) that has been sent everything up to it and has room (one
+    /// that has not is still being sent events).
+    func heartbeat(latestSeq: Int64, frames: [ByteBuffer], slice: Int? = nil) {
         loop.assertInEventLoop()
         pass()
-        for subscriber in members where subscriber.cursor >= latestSeq {
+        for subscriber in members where subscriber.cursor >= latestSeq && slice.map({ subscriber.heartbeatSlice == $0 }) ?? true {
             guard let transport = subscriber.transport, transport.isWritable else { continue }
             transport.write(frames[transport.framing.rawValue])
             transport.flush()

@@ -47,6 +47,9 @@ final class Subscriber: @unchecked Sendable {
     var isPresent = false
     var presenceBehind: Set<String> = []
     var presenceChanges: [NIODeadline] = []
+    /// Which of the heartbeat interval's slices it is heartbeaten in, given by its loop's
+    /// fan-out when it goes live (`LoopFanout.heartbeat`).
+    var heartbeatSlice = 0
 
     /// Made on `loop`, with the transport that carries its bytes and what its credential
     /// allows; `hub.connect` registers it.
