@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Acknowledged writes/s from outside, SQLite next to PostgreSQL on one, two and three servers
-# sharing a database (the several servers with SwiftNIO's default event loops, then with one each): wrk POSTs one item to a random cart of 1 000 over keep-alive connections
+# sharing a database (the several servers with SwiftNIO's default event loops, then with one
+# each), and PostgreSQL alone under the same changes (pgbench, benchmarks/pgbench-floor.sql: the
+# floor under a PostgreSQL write): wrk POSTs one item to a random cart of 1 000 over keep-alive connections
 # (benchmarks/writes.lua); the servers' CPU from /proc; the log's last seq checked against the
 # writes acknowledged. Usage: bash benchmarks/writes.sh   (see benchmarks/README.md)
 #
@@ -106,6 +108,42 @@ for c in $CONNECTIONS; do
 done
 kill "$PID"; wait "$PID" 2>/dev/null || true
 
+# PostgreSQL's CPU so far, the sessions that ended included: its live processes' own, and what
+# the postmaster has reaped of its children (a pgbench run's sessions end with it).
+cluster_cpu_seconds() {
+    local postmaster line fields
+    postmaster=$(head -n 1 "$TMP/pg/postmaster.pid")
+    read -r line <"/proc/$postmaster/stat"
+    read -ra fields <<<"${line##*) }"
+    # shellcheck disable=SC2046  # one pid a word
+    python3 -c "print($(cpu_seconds $(postgres_pids)) + ($((fields[13] + fields[14]))) / $(getconf CLK_TCK))"
+}
+
+# The floor under a PostgreSQL write: fanout's statements for one change, a transaction each,
+# from pgbench (benchmarks/pgbench-floor.sql) on a database a fanout-server has migrated, with
+# the session setting fanout's sessions have; PostgreSQL's CPU per write beside fanout's.
+psql_ -d postgres -c "CREATE DATABASE floor"
+start_server floor "postgres://fanout@127.0.0.1:$pgport/floor"
+kill "$PID"; wait "$PID" 2>/dev/null || true
+for c in $CONNECTIONS; do
+    # A pgbench client is a session: within the cluster's max_connections (200).
+    [ "$c" -le 150 ] || continue
+    pg0=$(cluster_cpu_seconds)
+    floor=$(PGOPTIONS="-c fanout.writer=on" "$PGBIN/pgbench" -n -M prepared -h 127.0.0.1 -p "$pgport" -U fanout -c "$c" -j 1 \
+        -T "$SECONDS_EACH" -f benchmarks/pgbench-floor.sql floor 2>&1) || { echo "$floor" >&2; exit 1; }
+    sleep 0.5   # its sessions end and are reaped
+    pg1=$(cluster_cpu_seconds)
+    python3 -c '
+import re, sys
+label, connections, text, cpu, seconds = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+done = int(re.search(r"number of transactions actually processed: (\d+)", text).group(1))
+failed = re.search(r"number of failed transactions: (\d+)", text)
+latency = float(re.search(r"latency average = ([\d.]+) ms", text).group(1))
+print("%-36s%6d%12.0f%10s%9.0f%9.1f%9.1f%9s%8d%8s" % (label, connections, done / seconds, "-", cpu * 1e6 / done, 1.0,
+      latency, "-", int(failed.group(1)) if failed else 0, "-"))
+' "PostgreSQL alone (pgbench)" "$c" "$floor" "$(python3 -c "print($pg1 - $pg0)")" "$SECONDS_EACH"
+done
+
 # Several servers twice: each with SwiftNIO's default of an event loop per core, then with
 # `--threads 1` (two or three servers, PostgreSQL and wrk share these two cores).
 setup_index=0
@@ -131,4 +169,5 @@ for setup in "1" "2" "3" "2 --threads 1" "3 --threads 1"; do
 done
 echo "(µs CPU/w: the fanout servers' CPU per acknowledged write, summed over servers; PG µs/w: PostgreSQL's own;"
 echo " w/batch: acknowledged writes per batch committed;"
-echo " log: the database's last seq moved by at least the writes acknowledged)"
+echo " log: the database's last seq moved by at least the writes acknowledged;"
+echo " PostgreSQL alone: benchmarks/pgbench-floor.sql, a transaction per write; its p50 column is the average latency)"
