@@ -1,8 +1,8 @@
 import ServiceLifecycle
 
 /// The hub's part of the server's life: heartbeats to subscribers every interval while the
-/// server runs (a slice of them every `1 / HeartbeatSlices.count` of it), and on graceful shutdown (SIGTERM/SIGINT) every subscriber ended as shutting
-/// down, new ones refused.
+/// server runs (a slice of them every `1 / HeartbeatSlices.count` of it), and on graceful
+/// shutdown (SIGTERM/SIGINT) every subscriber ended as shutting down, new ones refused.
 ///
 /// It runs among the application's services, before the HTTP server in the list, so it is told
 /// to shut down after it: the server quiesces first, and every subscriber connection ends itself
