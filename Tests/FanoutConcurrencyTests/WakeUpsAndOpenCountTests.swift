@@ -55,23 +55,21 @@ struct WakeUpsAndOpenCountTests {
 
     @Test func theWaitForNoneEndsWithTheLastCloseOrAtItsDeadline() async {
         let count = OpenCount()
-        await count.waitForNone(until: .now + .seconds(60))  // none open: at once
+        #expect(await count.waitForNone(until: .now + .seconds(60)), "none open: at once")
         count.opened()
         count.opened()
-        let ended = Flag()
-        let waiting = Task {
-            await count.waitForNone(until: .now + .seconds(60))
-            ended.set()
-        }
+        // Ended by its deadline instead, the wait would say false (a minute later).
+        let waiting = Task { await count.waitForNone(until: .now + .seconds(60)) }
+        while count.waiting == 0 { await Task.yield() }
         count.closed()
         #expect(count.value == 1)
+        #expect(count.waiting == 1, "one still open: the wait goes on")
         count.closed()
-        await waiting.value
-        #expect(ended.isSet, "the last close ends the wait, not its deadline a minute later")
+        #expect(await waiting.value, "the last close ends the wait")
 
         count.opened()
-        await count.waitForNone(until: .now + .milliseconds(10))
-        #expect(count.value == 1, "still open: the wait ended at its deadline")
-        await count.waitForNone(until: .now - .seconds(1))  // a deadline past: at once
+        #expect(!(await count.waitForNone(until: .now + .milliseconds(10))), "still open: the wait ended at its deadline")
+        #expect(count.value == 1)
+        #expect(!(await count.waitForNone(until: .now - .seconds(1))), "a deadline past: at once")
     }
 }
