@@ -98,10 +98,15 @@ final class LoopFanout: @unchecked Sendable {
 
     /// On the loop, after a pass: sends a heartbeat saying `latestSeq` to every member of
     /// `slice` (every member when nil) that has been sent everything up to it and has room (one
-    /// that has not is still being sent events).
+    /// that has not is still being sent events). The pass runs once an interval (the first
+    /// slice), whatever happened, so a member whose room came back unannounced is served then;
+    /// before the other slices only when a poke is pending: a pass reads every member's room,
+    /// which ten times an interval would cost idle subscribers for nothing. Without a
+    /// pending poke, every member with room has had what the ring held at the last one, and an
+    /// event committed since is past their cursors, so they are not told of it.
     func heartbeat(latestSeq: Int64, frames: [ByteBuffer], slice: Int? = nil) {
         loop.assertInEventLoop()
-        pass()
+        if (slice ?? 0) == 0 || passPending.load(ordering: .acquiring) { pass() }
         for subscriber in members where subscriber.cursor >= latestSeq && slice.map({ subscriber.heartbeatSlice == $0 }) ?? true {
             guard let transport = subscriber.transport, transport.isWritable else { continue }
             transport.write(frames[transport.framing.rawValue])
