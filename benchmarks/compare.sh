@@ -155,22 +155,29 @@ source benchmarks/lib.sh
 
 # Sets SERVER_PID (measured), STOP_PID (to stop), URL (where subscribers connect) and, for
 # NATS, PUBLISH_URL (where writers publish).
-start_fanout() {
-    local dir=$TMP/$1 line="" i
+# start_listening NAME PROGRAM ARGUMENT…: starts a server that prints "listening on URL" first
+# (fanout-server, hummingbird-floor), its output in $TMP/NAME; sets SERVER_PID, STOP_PID, URL.
+start_listening() {
+    local dir=$TMP/$1 program=$2 line="" i
+    shift 2
     mkdir -p "$dir"
-    "$SERVER" --port 0 --db "$dir/fanout.sqlite" --ring-size 4096 --max-subscribers 19800 \
-        --log-level warning "${TOKEN_FLAGS[@]}" >"$dir/stdout" 2>"$dir/stderr" &
+    "$program" "$@" >"$dir/stdout" 2>"$dir/stderr" &
     SERVER_PID=$!
     STOP_PID=$SERVER_PID
     started+=("$SERVER_PID")
     for i in $(seq 200); do
         line=$(head -n 1 "$dir/stdout" 2>/dev/null || true)
         [[ $line == "listening on "* ]] && break
-        alive "$SERVER_PID" || { cat "$dir/stderr" >&2; die "fanout-server exited at startup"; }
+        alive "$SERVER_PID" || { cat "$dir/stderr" >&2; die "$(basename "$program") exited at startup"; }
         sleep 0.05
     done
-    [[ $line == "listening on "* ]] || die "fanout-server printed no address within 10 s"
+    [[ $line == "listening on "* ]] || die "$(basename "$program") printed no address within 10 s"
     URL=${line#listening on }
+}
+
+start_fanout() {
+    start_listening "$1" "$SERVER" --port 0 --db "$TMP/$1/fanout.sqlite" --ring-size 4096 --max-subscribers 19800 \
+        --log-level warning "${TOKEN_FLAGS[@]}"
 }
 
 start_nchan() {
@@ -286,20 +293,7 @@ PY
 # The HTTP floor: hummingbird-floor answers a publish as nchan does, each connection's task on
 # its event loop as fanout-server's are. Measured as nchan is (fanout-bench --peer nchan).
 start_floor() {
-    local dir=$TMP/$1 line="" i
-    mkdir -p "$dir"
-    "$FLOOR" --port 0 --on-loop >"$dir/stdout" 2>"$dir/stderr" &
-    SERVER_PID=$!
-    STOP_PID=$SERVER_PID
-    started+=("$SERVER_PID")
-    for i in $(seq 200); do
-        line=$(head -n 1 "$dir/stdout" 2>/dev/null || true)
-        [[ $line == "listening on "* ]] && break
-        alive "$SERVER_PID" || { cat "$dir/stderr" >&2; die "hummingbird-floor exited at startup"; }
-        sleep 0.05
-    done
-    [[ $line == "listening on "* ]] || die "hummingbird-floor printed no address within 10 s"
-    URL=${line#listening on }
+    start_listening "$1" "$FLOOR" --port 0 --on-loop
 }
 
 # ---------------------------------------------------------------------------------------
